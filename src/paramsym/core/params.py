@@ -1,0 +1,152 @@
+"""Parameters as ``dict[str, Tensor]``: the algebra every analysis in paramsym works in.
+
+Parameters are keyed like ``model.named_parameters()`` so that any ``nn.Module`` can be
+evaluated at any point of its parameter space with :func:`functional_call`, without the user
+rewriting the model. The vector-space operations below (inner product, norm, ``axpy``) treat a
+params dict as one vector of length ``P = sum(t.numel())``; :func:`flatten` and
+:func:`unflatten` convert between the two views in a fixed key order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from paramsym.errors import MissingParameterError, NonFiniteError, ShapeError
+
+Params = dict[str, Tensor]
+"""A point (or tangent vector) in parameter space, keyed like ``model.named_parameters()``."""
+
+
+def params_of(model: nn.Module, *, detach: bool = True) -> Params:
+    """Return the parameters of ``model`` as a dict keyed like ``named_parameters()``.
+
+    With ``detach=True`` (default) the tensors are detached views sharing storage with the
+    model, so analyses do not build autograd graphs through the module's own leaves.
+
+    >>> import torch
+    >>> p = params_of(torch.nn.Linear(3, 2))
+    >>> {k: tuple(v.shape) for k, v in p.items()}
+    {'weight': (2, 3), 'bias': (2,)}
+    """
+    return {name: (t.detach() if detach else t) for name, t in model.named_parameters()}
+
+
+def resolve_params(model: nn.Module, params: Mapping[str, Tensor] | None) -> Params:
+    """``params`` as a plain dict, or the model's own (detached) parameters when ``None``."""
+    return params_of(model) if params is None else dict(params)
+
+
+def functional_call(
+    model: nn.Module, params: Mapping[str, Tensor], x: Tensor | tuple[Any, ...]
+) -> Tensor:
+    """Evaluate ``model`` at ``params`` on input ``x`` (a tensor, or a tuple of positional inputs).
+
+    Parameters missing from ``params`` are taken from the module. Buffers are taken from the
+    module as *copies*: analyses never change a model's state (e.g. the running statistics a
+    training-mode BatchNorm would update), and the call works inside ``torch.func`` transforms,
+    which reject in-place updates of captured tensors.
+    """
+    args = x if isinstance(x, tuple) else (x,)
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    return torch.func.functional_call(model, {**buffers, **params}, args)
+
+
+def flatten(params: Mapping[str, Tensor]) -> Tensor:
+    """Concatenate all tensors of ``params`` (in key order) into one vector of shape ``(P,)``."""
+    if not params:
+        return torch.zeros(0)
+    return torch.cat([t.reshape(-1) for t in params.values()])
+
+
+def unflatten(vector: Tensor, like: Mapping[str, Tensor]) -> Params:
+    """Split a vector of shape ``(P,)`` into a params dict shaped like ``like`` (same key order)."""
+    total = sum(t.numel() for t in like.values())
+    if vector.ndim != 1 or vector.numel() != total:
+        raise ShapeError(
+            f"unflatten: vector has shape {tuple(vector.shape)}, expected ({total},) to match "
+            f"the {len(like)} parameters given in `like`"
+        )
+    out: Params = {}
+    offset = 0
+    for name, t in like.items():
+        out[name] = vector[offset : offset + t.numel()].view_as(t)
+        offset += t.numel()
+    return out
+
+
+def check_same_keys(a: Mapping[str, Tensor], b: Mapping[str, Tensor], what: str) -> None:
+    """Raise :class:`MissingParameterError` unless ``a`` and ``b`` have the same keys."""
+    if a.keys() != b.keys():
+        only_a = sorted(set(a) - set(b))
+        only_b = sorted(set(b) - set(a))
+        raise MissingParameterError(
+            f"{what}: the two parameter dicts have different keys "
+            f"(only in the first: {only_a}; only in the second: {only_b})"
+        )
+
+
+def inner(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
+    """Euclidean inner product ``<a, b> = sum_k sum(a[k] * b[k])`` as a 0-d tensor."""
+    check_same_keys(a, b, "inner")
+    terms = [torch.sum(a[k] * b[k]) for k in a]
+    return torch.stack(terms).sum() if terms else torch.zeros(())
+
+
+def norm(a: Mapping[str, Tensor]) -> Tensor:
+    """Euclidean norm of a params dict seen as one vector."""
+    return torch.sqrt(inner(a, a))
+
+
+def axpy(alpha: float | Tensor, x: Mapping[str, Tensor], y: Mapping[str, Tensor]) -> Params:
+    """Return ``alpha * x + y`` (BLAS naming) as a new params dict."""
+    check_same_keys(x, y, "axpy")
+    return {k: alpha * x[k] + y[k] for k in y}
+
+
+def scale(alpha: float | Tensor, x: Mapping[str, Tensor]) -> Params:
+    """Return ``alpha * x``."""
+    return {k: alpha * t for k, t in x.items()}
+
+
+def add(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Params:
+    """Return ``a + b``."""
+    return axpy(1.0, a, b)
+
+
+def sub(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Params:
+    """Return ``a - b``."""
+    return axpy(-1.0, b, a)
+
+
+def zeros_like(params: Mapping[str, Tensor]) -> Params:
+    """A params dict of zeros with the shapes, dtypes and devices of ``params``."""
+    return {k: torch.zeros_like(t) for k, t in params.items()}
+
+
+def randn_like(params: Mapping[str, Tensor], generator: torch.Generator | None = None) -> Params:
+    """Standard-normal params dict shaped like ``params`` (drawn from ``generator``)."""
+    return {
+        k: torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device)
+        for k, t in params.items()
+    }
+
+
+def to_dtype(params: Mapping[str, Tensor], dtype: torch.dtype) -> Params:
+    """Cast every floating tensor of ``params`` to ``dtype``."""
+    return {k: t.to(dtype) if t.is_floating_point() else t for k, t in params.items()}
+
+
+def check_finite(tensors: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]], what: str) -> None:
+    """Raise :class:`NonFiniteError` naming the first tensor that has NaN or inf entries."""
+    items = tensors.items() if isinstance(tensors, Mapping) else tensors
+    for name, t in items:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise NonFiniteError(
+                f"{what}: parameter '{name}' has {bad} NaN or infinite entries; "
+                "paramsym needs finite parameters (check the training run that produced them)"
+            )

@@ -1,0 +1,53 @@
+"""Errors and warnings raised by paramsym.
+
+Every error caused by bad input is a :class:`ParamsymError`. The subclasses also inherit the
+matching built-in exception (``ValueError``, ``TypeError``, ...), so ``except ValueError``
+keeps working for code that does not know paramsym. Messages name the offending module,
+argument or parameter and say what to do instead.
+"""
+
+from __future__ import annotations
+
+
+class ParamsymError(Exception):
+    """Base class of every error paramsym raises for bad input."""
+
+
+class InvalidArgumentError(ParamsymError, ValueError):
+    """An argument has a value the function cannot use (unknown name, wrong range, ...)."""
+
+
+class ShapeError(ParamsymError, ValueError):
+    """A tensor (parameter, group element, vector) has the wrong shape."""
+
+
+class MissingParameterError(ParamsymError, ValueError):
+    """A parameter a symmetry or analysis needs is not in the given ``params`` dict."""
+
+
+class NonFiniteError(ParamsymError, ValueError):
+    """A parameter or input contains NaN or infinite entries."""
+
+
+class InvalidGroupElementError(ParamsymError, ValueError):
+    """A group element is not in the group: singular, not orthogonal, negative scale, ..."""
+
+
+class UnsupportedModuleError(ParamsymError, TypeError):
+    """A module cannot be analysed (raised by ``symmetries(..., strict=True)``)."""
+
+
+class AutodiffError(ParamsymError, RuntimeError):
+    """An automatic-differentiation method failed for a known reason; the message says why."""
+
+
+class ParamsymWarning(UserWarning):
+    """Base class of paramsym's warnings."""
+
+
+class UnanalysedModuleWarning(ParamsymWarning):
+    """Some modules were not analysed, so symmetries passing through them are not reported."""
+
+
+class NotConvergedWarning(ParamsymWarning):
+    """An iterative method stopped before reaching its tolerance; the result is approximate."""
