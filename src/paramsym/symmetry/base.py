@@ -1,0 +1,329 @@
+"""The :class:`Symmetry` protocol: a group acting on a model's parameters.
+
+A symmetry is a group G with an action ``act(θ, g)`` on parameter dicts that leaves the
+network function (or, for a *loss symmetry*, the loss) unchanged (dissertation Def. 1.2.1,
+1.3.1). Conventions shared by every implementation:
+
+* ``act`` is a left action: ``act(act(θ, g2), g1) == act(θ, compose(g1, g2))`` and
+  ``act(θ, identity()) == θ``.
+* Continuous groups are parameterised through the Lie algebra: ``exp(ξ)`` maps coordinates
+  ``ξ`` of shape ``(dim,)`` in a fixed basis to a group element, and
+  ``tangent(θ, ξ) = d/dt act(θ, exp(t ξ))|_{t=0}`` is the infinitesimal action (a params dict).
+  Discrete groups have ``dim == 0`` and zero tangents.
+* Group elements are tensors (or tuples of them for products). ``check_element`` validates
+  one and raises :class:`~paramsym.errors.InvalidGroupElementError` or
+  :class:`~paramsym.errors.ShapeError` naming the symmetry and what is wrong.
+* ``act`` and ``tangent`` return a new dict with every key of ``params``; tensors the
+  symmetry does not touch are passed through (``act``) or zero (``tangent``).
+
+Most families act on one hidden layer of width h: a set of *slots* (parameter name, neuron
+axis, power) along which the layer's neurons are indexed. :class:`NeuronSymmetry` implements
+``act`` and ``tangent`` once for all of them; a family supplies how a group element and an
+algebra element transform one slot.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from paramsym.core.params import Params, check_finite
+from paramsym.errors import InvalidArgumentError, MissingParameterError, ShapeError
+
+GroupElement = Tensor | tuple["GroupElement", ...]
+"""A group element: a tensor, or a tuple of elements for a product of symmetries."""
+
+Preserves = Literal["function", "loss"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One axis of one parameter tensor along which a hidden layer's neurons are indexed.
+
+    Attributes:
+        name: parameter name, e.g. ``"0.weight"``.
+        axis: the axis indexed by the hidden neuron (0 for the rows of the incoming weight and
+            for biases, 1 for the columns of the outgoing weight).
+        power: how the group element enters. For a matrix group, ``+1`` transforms the slot
+            as ``g · T`` along ``axis`` (incoming) and ``-1`` as ``T · g⁻¹`` (outgoing). For a
+            scaling group, the slot is multiplied by ``c**power`` (e.g. ``-α`` on the outgoing
+            weight of an α-homogeneous activation).
+    """
+
+    name: str
+    axis: int
+    power: float = 1.0
+
+
+SlotLike = Slot | str | tuple[str, int] | tuple[str, int, float]
+
+
+def make_slots(items: Iterable[SlotLike], *, axis: int, power: float) -> tuple[Slot, ...]:
+    """Normalise ``"name"``, ``("name", axis)``, ``("name", axis, power)`` or :class:`Slot`."""
+    slots = []
+    for item in items:
+        if isinstance(item, Slot):
+            slots.append(item)
+        elif isinstance(item, str):
+            slots.append(Slot(item, axis, power))
+        elif isinstance(item, tuple) and len(item) in (2, 3):
+            slots.append(
+                Slot(str(item[0]), int(item[1]), float(item[2]) if len(item) == 3 else power)
+            )
+        else:
+            raise InvalidArgumentError(
+                f"slot {item!r}: expected a parameter name, (name, axis), (name, axis, power) "
+                "or a Slot"
+            )
+    return tuple(slots)
+
+
+class Symmetry(abc.ABC):
+    """A group acting on parameter dicts (see the module docstring for the conventions).
+
+    Attributes:
+        name: unique, readable name, e.g. ``"rescaling[0->2]"``.
+        group: the group in words, e.g. ``"GL(8)"``, ``"(R>0)^8"``, ``"S_8"``.
+        dim: dimension of the Lie algebra (0 for a discrete group).
+        exact: whether the action preserves the function (or loss) exactly; ``False`` for
+            approximations, e.g. normalisation layers with ``eps > 0``.
+        data_dependent: whether the action needs the input batch ``x``.
+        preserves: ``"function"`` (f(g·θ, x) = f(θ, x) for all x) or ``"loss"``.
+        linear: whether ``act(·, g)`` is a linear map of the parameters for fixed g (then
+            gradients transport as ``A(g)ᵀ ∇L(g·θ) = ∇L(θ)``).
+        notes: caveats, e.g. about batch statistics or dropout.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        group: str,
+        dim: int,
+        exact: bool = True,
+        data_dependent: bool = False,
+        preserves: Preserves = "function",
+        linear: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.group = group
+        self.dim = int(dim)
+        self.exact = bool(exact)
+        self.data_dependent = bool(data_dependent)
+        self.preserves: Preserves = preserves
+        self.linear = bool(linear)
+        self.notes = tuple(notes)
+
+    # -- description -----------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def parameter_names(self) -> tuple[str, ...]:
+        """Names of the parameters the action changes."""
+
+    @property
+    def touched_axes(self) -> frozenset[tuple[str, int]]:
+        """(parameter, axis) pairs the action mixes; disjoint sets mean commuting actions."""
+        return frozenset()
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the group is discrete (no Lie algebra, no flat directions)."""
+        return self.dim == 0
+
+    def __repr__(self) -> str:
+        flags = [] if self.exact else ["approximate"]
+        if self.preserves == "loss":
+            flags.append("loss symmetry")
+        if self.data_dependent:
+            flags.append("data-dependent")
+        extra = f", {', '.join(flags)}" if flags else ""
+        return f"{type(self).__name__}({self.name!r}, group={self.group}, dim={self.dim}{extra})"
+
+    # -- group structure -------------------------------------------------------------------
+    @abc.abstractmethod
+    def identity(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> GroupElement:
+        """The identity element."""
+
+    @abc.abstractmethod
+    def sample(
+        self,
+        scale: float = 0.1,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> GroupElement:
+        """A random element. Continuous groups return ``exp(M)`` for a Gaussian algebra element
+        M of size about ``scale`` (see each family); discrete groups ignore ``scale`` and
+        draw uniformly."""
+
+    @abc.abstractmethod
+    def exp(self, xi: Tensor) -> GroupElement:
+        """The exponential map from algebra coordinates ``xi`` (shape ``(dim,)``)."""
+
+    @abc.abstractmethod
+    def compose(self, g1: GroupElement, g2: GroupElement) -> GroupElement:
+        """The product g1·g2, so that ``act(θ, compose(g1, g2)) == act(act(θ, g2), g1)``."""
+
+    @abc.abstractmethod
+    def inverse(self, g: GroupElement) -> GroupElement:
+        """The inverse element."""
+
+    @abc.abstractmethod
+    def check_element(self, g: GroupElement) -> GroupElement:
+        """Validate ``g`` (shape, membership); return it, or raise naming the problem."""
+
+    # -- action ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
+        """Return g·θ as a new params dict. ``x`` is the input batch (data-dependent actions)."""
+
+    def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
+        """``d/dt act(θ, exp(t ξ))`` at t = 0, by forward-mode autodiff through ``act``.
+
+        Families override this with a closed form; this generic version is their test oracle.
+        """
+        xi = self.check_xi(xi)
+        if self.dim == 0:
+            return {k: torch.zeros_like(t) for k, t in params.items()}
+        zero = torch.zeros_like(xi)
+        out = torch.func.jvp(lambda z: self.act(params, self.exp(z), x), (zero,), (xi,))[1]
+        return dict(out)
+
+    # -- helpers for implementations -------------------------------------------------------
+    def check_xi(self, xi: Tensor) -> Tensor:
+        """Validate Lie-algebra coordinates: a floating tensor of shape ``(dim,)``."""
+        if not isinstance(xi, Tensor) or xi.shape != (self.dim,):
+            shape = tuple(xi.shape) if isinstance(xi, Tensor) else type(xi).__name__
+            raise ShapeError(
+                f"{self.name}: Lie-algebra coordinates must be a tensor of shape ({self.dim},), "
+                f"got {shape}"
+            )
+        if not xi.is_floating_point():
+            raise InvalidArgumentError(f"{self.name}: Lie-algebra coordinates must be floating")
+        return xi
+
+    def _element_tensor(self, g: Any, shape: tuple[int, ...], what: str) -> Tensor:
+        if not isinstance(g, Tensor):
+            raise ShapeError(f"{self.name}: {what} must be a tensor, got {type(g).__name__}")
+        if tuple(g.shape) != shape:
+            raise ShapeError(f"{self.name}: {what} must have shape {shape}, got {tuple(g.shape)}")
+        return g
+
+
+def _default_dtype(dtype: torch.dtype | None) -> torch.dtype:
+    return torch.get_default_dtype() if dtype is None else dtype
+
+
+class NeuronSymmetry(Symmetry):
+    """Base of the families acting on one hidden layer of ``width`` neurons through ``slots``.
+
+    Subclasses implement :meth:`_prepare` (turn a validated element into what
+    :meth:`_transform` needs, e.g. g and g⁻ᵀ), :meth:`_transform` (one slot under g) and, for
+    continuous groups, :meth:`_algebra` and :meth:`_differential` (one slot under the
+    infinitesimal generator).
+    """
+
+    def __init__(self, *, width: int, slots: Sequence[Slot], site: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if width < 1:
+            raise InvalidArgumentError(f"{kwargs.get('name')}: width must be >= 1, got {width}")
+        if not slots:
+            raise InvalidArgumentError(f"{kwargs.get('name')}: needs at least one slot")
+        self.width = int(width)
+        self.slots = tuple(slots)
+        self.site = site
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.name for s in self.slots))
+
+    @property
+    def touched_axes(self) -> frozenset[tuple[str, int]]:
+        return frozenset((s.name, s.axis) for s in self.slots)
+
+    def check_params(self, params: Mapping[str, Tensor], *, per_neuron: bool = True) -> None:
+        """Raise unless each slot's parameter is present, finite, of size ``width`` on its axis."""
+        for slot in self.slots:
+            if slot.name not in params:
+                raise MissingParameterError(
+                    f"{self.name} acts on parameter '{slot.name}', which is not in params "
+                    f"(got {sorted(params)[:8]}...); pass the parameters of the model the "
+                    "symmetry was found on"
+                )
+            t = params[slot.name]
+            if per_neuron and (slot.axis >= t.ndim or t.shape[slot.axis] != self.width):
+                raise ShapeError(
+                    f"{self.name}: parameter '{slot.name}' has shape {tuple(t.shape)}, expected "
+                    f"size {self.width} along axis {slot.axis}"
+                )
+        check_finite(((n, params[n]) for n in self.parameter_names), self.name)
+
+    def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
+        self.check_params(params)
+        ref = params[self.slots[0].name]
+        prepared = self._prepare(g, ref.dtype, ref.device)
+        out = dict(params)
+        for slot in self.slots:
+            out[slot.name] = self._transform(out[slot.name], slot, prepared)
+        return out
+
+    def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
+        xi = self.check_xi(xi)
+        self.check_params(params)
+        out = {k: torch.zeros_like(t) for k, t in params.items()}
+        if self.dim == 0:
+            return out
+        ref = params[self.slots[0].name]
+        generator = self._algebra(xi.to(dtype=ref.dtype, device=ref.device))
+        for slot in self.slots:
+            out[slot.name] = out[slot.name] + self._differential(params[slot.name], slot, generator)
+        return out
+
+    @abc.abstractmethod
+    def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
+        """Validate ``g`` (as :meth:`check_element` does) and precompute what
+        :meth:`_transform` needs from it, in the parameters' dtype and device."""
+
+    @abc.abstractmethod
+    def _transform(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        """The slot's tensor after the action."""
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        """The algebra element (matrix or vector) with coordinates ``xi``."""
+        raise NotImplementedError  # discrete groups never reach this (dim == 0)
+
+    def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
+        """The slot's tangent under the algebra element ``generator``."""
+        raise NotImplementedError
+
+
+# -- operations along one axis of a tensor ----------------------------------------------------
+
+
+def matmul_along(t: Tensor, axis: int, matrix: Tensor) -> Tensor:
+    """``matrix @ t`` along ``axis``: ``out[..., k, ...] = Σ_j matrix[k, j] t[..., j, ...]``."""
+    return torch.movedim(torch.tensordot(matrix, t, dims=([1], [axis])), 0, axis)
+
+
+def scale_along(t: Tensor, axis: int, factors: Tensor) -> Tensor:
+    """Multiply slice k of ``t`` along ``axis`` by ``factors[k]``."""
+    shape = [1] * t.ndim
+    shape[axis] = factors.numel()
+    return t * factors.reshape(shape)
+
+
+def default_site(incoming: Sequence[Slot], outgoing: Sequence[Slot]) -> str:
+    """Readable site label ``"<in module>-><out module>"`` from the slots' parameter names."""
+
+    def module_of(slots: Sequence[Slot]) -> str:
+        return slots[0].name.rsplit(".", 1)[0] if slots else "?"
+
+    return f"{module_of(incoming)}->{module_of(outgoing)}" if outgoing else module_of(incoming)

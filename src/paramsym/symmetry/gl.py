@@ -1,0 +1,188 @@
+"""GL(h) acting on a hidden layer with a linear activation (dissertation Ex. 1.2.2, A.2.4).
+
+For ``f(x) = W_B σ(W_A x + b_A) + b_B`` with σ the identity, every invertible g ∈ GL(h) gives
+``(W_A, b_A, W_B) ↦ (g W_A, g b_A, W_B g⁻¹)`` with the same function. Applied at every hidden
+layer of a deep linear network this is the "hidden symmetry group" ∏ GL(n_i) acting as
+``W_i ↦ g_i W_i g_{i-1}⁻¹, b_i ↦ g_i b_i`` (Table 1.1 row 17): the product of the per-layer
+symmetries (:class:`~paramsym.symmetry.ProductSymmetry`).
+
+Lie algebra gl(h): all h×h matrices M, coordinates ξ = M.flatten() (row-major, dim = h²).
+Infinitesimal action: ``M·(W_A, b_A, W_B) = (M W_A, M b_A, −W_B M)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from paramsym.errors import InvalidArgumentError, InvalidGroupElementError
+from paramsym.symmetry.base import (
+    GroupElement,
+    NeuronSymmetry,
+    Slot,
+    SlotLike,
+    _default_dtype,
+    default_site,
+    make_slots,
+    matmul_along,
+)
+
+
+class MatrixNeuronSymmetry(NeuronSymmetry):
+    """Shared machinery of matrix groups acting on a hidden layer (GL(h), O(h)).
+
+    Slots with power +1 transform as ``g · T`` along their axis (incoming weights, biases);
+    slots with power −1 as ``T · g⁻¹`` (the outgoing weight), i.e. by g⁻ᵀ along the axis.
+    """
+
+    def __init__(
+        self,
+        *,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike],
+        site: str | None,
+        family: str,
+        group: str,
+        dim: int,
+        **kwargs: Any,
+    ) -> None:
+        slots_in = make_slots(incoming, axis=0, power=1.0)
+        slots_out = make_slots(outgoing, axis=1, power=-1.0)
+        slots = slots_in + slots_out
+        if any(s.power not in (1.0, -1.0) for s in slots):
+            raise InvalidArgumentError(f"{family}: slot powers of a matrix group must be +1 or -1")
+        site = site or default_site(slots_in, slots_out)
+        super().__init__(
+            width=width,
+            slots=slots,
+            site=site,
+            name=f"{family}[{site}]",
+            group=group,
+            dim=dim,
+            **kwargs,
+        )
+
+    def identity(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> Tensor:
+        return torch.eye(self.width, dtype=_default_dtype(dtype), device=device)
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        a, b = self.check_element(g1), self.check_element(g2)
+        assert isinstance(a, Tensor)
+        assert isinstance(b, Tensor)
+        return a @ b
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return torch.linalg.matrix_exp(self._algebra(self.check_xi(xi)))
+
+    def sample(
+        self,
+        scale: float = 0.1,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """``exp(M)`` with algebra coordinates drawn i.i.d. N(0, scale²/h), so that the
+        generator's operator norm is about ``2·scale`` whatever the width."""
+        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
+        return self.exp(xi * (scale / self.width**0.5)).to(device)
+
+    def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
+        """Check ``g`` and return it with g⁻ᵀ (computed once)."""
+        raise NotImplementedError
+
+    def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
+        g, g_inv_t = self._validated_inverse_transpose(g)
+        return g.to(dtype=dtype, device=device), g_inv_t.to(dtype=dtype, device=device)
+
+    def _transform(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        g, g_inv_t = prepared
+        return matmul_along(t, slot.axis, g if slot.power > 0 else g_inv_t)
+
+    def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
+        # d/dt exp(tM) = M; d/dt exp(tM)^{-T} = -Mᵀ at t = 0.
+        return matmul_along(t, slot.axis, generator if slot.power > 0 else -generator.T)
+
+
+class HiddenGL(MatrixNeuronSymmetry):
+    """GL(h) on the hidden layer between two linear maps (linear activation).
+
+    Args:
+        width: hidden width h.
+        incoming: parameters transformed as ``g · T`` (default axis 0): the incoming weight
+            and bias, e.g. ``["0.weight", "0.bias"]``.
+        outgoing: parameters transformed as ``T · g⁻¹`` (default axis 1): the outgoing
+            weight, e.g. ``["2.weight"]``.
+        site: label used in the name (default ``"<in module>-><out module>"``).
+
+    Elements are invertible h×h matrices; ``sample`` returns ``exp(M)``.
+
+    >>> import torch, paramsym as ps
+    >>> model = ps.mlp([3, 4, 2], activation="identity", seed=0)
+    >>> s = HiddenGL(4, incoming=["0.weight", "0.bias"], outgoing=["2.weight"])
+    >>> s
+    HiddenGL('GL[0->2]', group=GL(4), dim=16)
+    >>> theta = ps.params_of(model)
+    >>> x = torch.randn(5, 3)
+    >>> y = ps.functional_call(model, s.act(theta, s.sample(scale=0.5)), x)
+    >>> torch.allclose(y, model(x), atol=1e-5)
+    True
+    """
+
+    def __init__(
+        self,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike],
+        *,
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        super().__init__(
+            width=width,
+            incoming=incoming,
+            outgoing=outgoing,
+            site=site,
+            family="GL",
+            group=f"GL({width})",
+            dim=width * width,
+            exact=exact,
+            notes=notes,
+        )
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        return self._validated_inverse_transpose(g)[0]
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return self._validated_inverse_transpose(g)[1].T
+
+    def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
+        g = self._element_tensor(g, (self.width, self.width), "a GL element")
+        return g, _checked_inverse(g, self.name).T
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        return xi.reshape(self.width, self.width)
+
+
+def _checked_inverse(g: Tensor, name: str) -> Tensor:
+    """g⁻¹, raising unless g is finite and numerically invertible (g g⁻¹ = I to √eps·h)."""
+    if not bool(torch.isfinite(g).all()):
+        raise InvalidGroupElementError(f"{name}: the group element has NaN or infinite entries")
+    inv, info = torch.linalg.inv_ex(g)
+    h = g.shape[0]
+    tol = h * torch.finfo(g.dtype).eps ** 0.5
+    if int(info) != 0 or not bool(torch.isfinite(inv).all()):
+        raise InvalidGroupElementError(f"{name}: the group element is singular (not in GL({h}))")
+    residual = (g @ inv - torch.eye(h, dtype=g.dtype, device=g.device)).abs().max()
+    if float(residual) > tol:
+        raise InvalidGroupElementError(
+            f"{name}: the group element is numerically singular (‖g g⁻¹ − I‖_max = "
+            f"{float(residual):.2e} > {tol:.1e}); use a better-conditioned element"
+        )
+    return inv

@@ -1,0 +1,76 @@
+"""O(h) acting on a hidden layer with a radial rescaling activation (Ex. 1.2.6, 2.3.7, A.2.7).
+
+A radial activation σ(z) = f(‖z‖) z commutes with every orthogonal g, so
+``(W_A, b_A, W_B) ↦ (g W_A, g b_A, W_B gᵀ)`` preserves the function. The Lie algebra is so(h),
+antisymmetric matrices with basis ``E_kl − E_lk`` (k < l, row-major over the upper triangle),
+dim = h(h−1)/2; antisymmetric generators give no conserved quantities (Cor. A.2.12), only the
+angular-momentum identity of Thm 2.5.6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from paramsym.errors import InvalidGroupElementError
+from paramsym.symmetry.base import GroupElement, SlotLike
+from paramsym.symmetry.gl import MatrixNeuronSymmetry
+
+
+class HiddenOrthogonal(MatrixNeuronSymmetry):
+    """O(h) on the hidden layer between two linear maps (radial or linear activation).
+
+    Arguments as for :class:`~paramsym.symmetry.HiddenGL`. Elements are orthogonal h×h
+    matrices (checked to ``√eps·h``); ``sample`` and ``exp`` give rotations (det +1).
+    """
+
+    def __init__(
+        self,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike],
+        *,
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        super().__init__(
+            width=width,
+            incoming=incoming,
+            outgoing=outgoing,
+            site=site,
+            family="orthogonal",
+            group=f"O({width})",
+            dim=width * (width - 1) // 2,
+            exact=exact,
+            notes=notes,
+        )
+        self._upper = torch.triu_indices(width, width, offset=1)
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        g = self._element_tensor(g, (self.width, self.width), "an O(h) element")
+        if not bool(torch.isfinite(g).all()):
+            raise InvalidGroupElementError(f"{self.name}: the group element has NaN or inf entries")
+        eye = torch.eye(self.width, dtype=g.dtype, device=g.device)
+        error = float((g.T @ g - eye).abs().max())
+        tol = self.width * torch.finfo(g.dtype).eps ** 0.5
+        if error > tol:
+            raise InvalidGroupElementError(
+                f"{self.name}: the group element is not orthogonal (‖gᵀg − I‖_max = {error:.2e} "
+                f"> {tol:.1e}); radial activations only commute with orthogonal matrices"
+            )
+        return g
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return self.check_element(g).T
+
+    def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
+        g = self.check_element(g)
+        return g, g  # g⁻ᵀ = g for orthogonal g
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        m = xi.new_zeros(self.width, self.width)
+        m = m.index_put((self._upper[0].to(xi.device), self._upper[1].to(xi.device)), xi)
+        return m - m.T

@@ -1,0 +1,157 @@
+"""Positive scalings: rescaling of homogeneous activations and normalisation-layer invariance.
+
+* **Rescaling** (Ex. 1.2.4, 2.3.5, A.2.5; seed 000 Eq. 5). For a pointwise activation with
+  σ(cz) = c^α σ(z) for c > 0 (ReLU, LeakyReLU: α = 1; z^p: α = p), every c ∈ (R>0)^h gives
+  ``(W_A, b_A, W_B) ↦ (diag(c) W_A, c ⊙ b_A, W_B diag(c)^{−α})``. Through several homogeneous
+  activations in a row the exponents multiply.
+* **Normalisation invariance** (Ex. 1.2.7). BatchNorm standardises each feature over the
+  batch, so scaling the rows (and bias) of the weight feeding it by any c > 0 changes nothing;
+  LayerNorm standardises each sample over features, so one common scale c > 0 of the whole
+  weight and bias changes nothing. Both are exact only when the layer's ``eps`` is 0:
+  with ``eps > 0``, ``(cz − cμ)/sqrt(c²σ² + eps)`` differs from ``(z − μ)/sqrt(σ² + eps)``,
+  and the symmetry is marked ``exact=False``.
+
+Group (R>0)^h (or R>0 for one common scale), Lie algebra R^h of diagonal generators with
+coordinates ξ = log c; infinitesimal action: slot T with power p gets ``p · ξ ⊙ T`` along the
+neuron axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from paramsym.errors import InvalidGroupElementError
+from paramsym.symmetry.base import (
+    GroupElement,
+    NeuronSymmetry,
+    Slot,
+    SlotLike,
+    _default_dtype,
+    default_site,
+    make_slots,
+    scale_along,
+)
+
+
+class PositiveScaling(NeuronSymmetry):
+    """Multiplication of slots by powers of positive scales, one per neuron (or one in all).
+
+    Args:
+        width: hidden width h.
+        incoming: slots multiplied by ``c`` (default axis 0, power +1): the weight and bias
+            feeding the activation (or the normalisation layer).
+        outgoing: slots multiplied by ``c^{−degree}`` (default axis 1): the next weight.
+            Empty for normalisation invariance, where nothing downstream changes.
+        degree: homogeneity degree α of the activation between (default 1).
+        per_neuron: ``True`` for (R>0)^h, ``False`` for one common scale (LayerNorm).
+        family: name prefix, ``"rescaling"`` or ``"norm_scaling"``.
+        site: label used in the name.
+
+    Elements are tensors of shape ``(h,)`` (or ``(1,)``) with positive entries; a negative or
+    zero scale raises :class:`~paramsym.errors.InvalidGroupElementError` (ReLU-type
+    activations are only *positively* homogeneous; odd activations have sign flips instead).
+
+    >>> import torch, paramsym as ps
+    >>> s = PositiveScaling(4, incoming=["0.weight", "0.bias"], outgoing=["2.weight"])
+    >>> s
+    PositiveScaling('rescaling[0->2]', group=(R>0)^4, dim=4)
+    >>> s.compose(torch.tensor([1., 2., 3., 4.]), s.inverse(torch.tensor([1., 2., 3., 4.])))
+    tensor([1., 1., 1., 1.])
+    """
+
+    def __init__(
+        self,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike] = (),
+        *,
+        degree: float = 1.0,
+        per_neuron: bool = True,
+        family: str = "rescaling",
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        slots_in = make_slots(incoming, axis=0, power=1.0)
+        slots_out = make_slots(outgoing, axis=1, power=-float(degree))
+        site = site or default_site(slots_in, slots_out)
+        size = width if per_neuron else 1
+        super().__init__(
+            width=width,
+            slots=slots_in + slots_out,
+            site=site,
+            name=f"{family}[{site}]",
+            group=f"(R>0)^{width}" if per_neuron else "R>0",
+            dim=size,
+            exact=exact,
+            notes=notes,
+        )
+        self.degree = float(degree)
+        self.per_neuron = per_neuron
+
+    @property
+    def touched_axes(self) -> frozenset[tuple[str, int]]:
+        if self.per_neuron:
+            return super().touched_axes
+        # One common scale multiplies whole tensors: it commutes with everything linear,
+        # but claim every axis so products stay conservative.
+        return frozenset((s.name, -1) for s in self.slots)
+
+    def check_params(self, params: Any, *, per_neuron: bool = True) -> None:
+        super().check_params(params, per_neuron=self.per_neuron)
+
+    def identity(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> Tensor:
+        return torch.ones(self.dim, dtype=_default_dtype(dtype), device=device)
+
+    def sample(
+        self,
+        scale: float = 0.1,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """``exp(ξ)`` with ξ i.i.d. N(0, scale²): log-normal scales around 1."""
+        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
+        return torch.exp(scale * xi).to(device)
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return torch.exp(self.check_xi(xi))
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        return self.check_element(g1) * self.check_element(g2)
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return 1.0 / self.check_element(g)
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        g = self._element_tensor(g, (self.dim,), "a scale vector")
+        if not bool(torch.isfinite(g).all()):
+            raise InvalidGroupElementError(f"{self.name}: scales must be finite")
+        if not bool((g > 0).all()):
+            raise InvalidGroupElementError(
+                f"{self.name}: scales must be positive, got minimum {float(g.min()):.4g}. "
+                "Positive homogeneity σ(cz) = c^α σ(z) (ReLU, LeakyReLU) and normalisation "
+                "invariance hold only for c > 0; odd activations have a separate sign-flip "
+                "symmetry"
+            )
+        return g
+
+    def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
+        return self.check_element(g).to(dtype=dtype, device=device)
+
+    def _transform(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        factors = prepared**slot.power
+        return scale_along(t, slot.axis, factors) if self.per_neuron else t * factors[0]
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        return xi
+
+    def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
+        rates = slot.power * generator
+        return scale_along(t, slot.axis, rates) if self.per_neuron else t * rates[0]
