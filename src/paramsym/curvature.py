@@ -364,7 +364,7 @@ def lanczos(
     if steps < k:
         raise InvalidArgumentError(f"max_iter={max_iter} is smaller than k={k}")
     gen = make_generator(generator)
-    basis = torch.zeros(steps, size, dtype=dtype, device=device)
+    basis = torch.empty(steps, size, dtype=dtype, device=device)  # rows filled as we go
 
     def random_unit() -> Tensor:
         q = torch.randn(size, generator=gen, dtype=torch.float64).to(dtype=dtype, device=device)
