@@ -36,7 +36,6 @@ demo: $(VENV)/.dev
 	$(BIN)/python examples/tour.py
 
 bench: $(VENV)/.bench
-	$(BIN)/python -m pytest -m slow
 	$(BIN)/python benchmarks/bench_curvature.py --out benchmarks/results/curvature.json
 
 lint: $(VENV)/.dev
