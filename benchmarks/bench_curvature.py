@@ -30,14 +30,24 @@ BATCH = 1024
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
+    return round_robin({"fn": fn}, repeats, warmup)["fn"]
+
+
+def round_robin(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
+) -> dict[str, float]:
+    """Median seconds of each function, timed in turn within every repeat, so that a slow
+    period of the machine affects every method alike and the ratios stay fair."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -58,7 +68,7 @@ def machine() -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/curvature.json"))
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -88,15 +98,31 @@ def main() -> None:
         loss = loss_fn(ps.functional_call(model, leaves, x), y)
         return torch.autograd.grad(loss, list(leaves.values()))
 
-    t_grad = median_seconds(gradient, args.repeats)
-
-    # -- Hessian-vector products ------------------------------------------------------------
-    t_hvp = median_seconds(lambda: ps.hvp(model, loss_fn, batch, v), args.repeats)
-    t_hvp_fwd = median_seconds(
-        lambda: ps.hvp(model, loss_fn, batch, v, method="forward_over_reverse"), args.repeats
-    )
     operator = ps.HessianOperator(model, loss_fn, batch)
-    t_matvec = median_seconds(lambda: operator.matvec(flat_v), args.repeats)
+    timed = {
+        "gradient": gradient,
+        "hvp": lambda: ps.hvp(model, loss_fn, batch, v),
+        "hvp_forward": lambda: ps.hvp(model, loss_fn, batch, v, method="forward_over_reverse"),
+        "operator_matvec": lambda: operator.matvec(flat_v),
+    }
+    try:
+        from curvlinops import HessianLinearOperator
+    except ImportError:
+        has_curvlinops = False
+    else:
+        has_curvlinops = True
+        ordered = [p for _, p in model.named_parameters()]
+        v_list = [v[name] for name, _ in model.named_parameters()]
+        curvlinops_operator = HessianLinearOperator(
+            model, loss_fn, ordered, [batch], check_deterministic=False
+        )
+        timed["curvlinops_matvec"] = lambda: curvlinops_operator @ v_list
+        timed["curvlinops_one_shot"] = lambda: (
+            HessianLinearOperator(model, loss_fn, ordered, [batch]) @ v_list
+        )
+    seconds = round_robin(timed, args.repeats)
+    t_grad, t_hvp = seconds["gradient"], seconds["hvp"]
+    t_hvp_fwd, t_matvec = seconds["hvp_forward"], seconds["operator_matvec"]
     ours = operator.matvec(flat_v)
 
     hvp_results: dict[str, object] = {
@@ -111,24 +137,11 @@ def main() -> None:
             ps.flatten(ps.hvp(model, loss_fn, batch, v, method="forward_over_reverse")), ours
         ),
     }
-    try:
-        from curvlinops import HessianLinearOperator
-    except ImportError:
+    if not has_curvlinops:
         hvp_results["curvlinops"] = "not installed (pip install -e '.[bench]')"
     else:
-        ordered = [p for _, p in model.named_parameters()]
-        curvlinops_operator = HessianLinearOperator(
-            model, loss_fn, ordered, [batch], check_deterministic=False
-        )
-        v_list = [v[name] for name, _ in model.named_parameters()]
-        t_curv = median_seconds(lambda: curvlinops_operator @ v_list, args.repeats)
+        t_curv, t_curv_one_shot = seconds["curvlinops_matvec"], seconds["curvlinops_one_shot"]
         theirs = torch.cat([t.flatten() for t in curvlinops_operator @ v_list])
-
-        def curvlinops_one_shot() -> object:
-            fresh = HessianLinearOperator(model, loss_fn, ordered, [batch])
-            return fresh @ v_list
-
-        t_curv_one_shot = median_seconds(curvlinops_one_shot, max(3, args.repeats // 3))
         hvp_results.update(
             {
                 "curvlinops_one_shot_default_construction_seconds": t_curv_one_shot,
