@@ -19,9 +19,12 @@ import paramsym as ps
 def demo_model() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(),  # BatchNorm, then a homogeneous σ
-        nn.Linear(16, 12), nn.Tanh(),                     # an odd σ
-        nn.Linear(12, 12),                                # a linear hidden layer: GL(12)
+        nn.Linear(8, 16),
+        nn.BatchNorm1d(16),
+        nn.ReLU(),  # BatchNorm, then a homogeneous σ
+        nn.Linear(16, 12),
+        nn.Tanh(),  # an odd σ
+        nn.Linear(12, 12),  # a linear hidden layer: GL(12)
         nn.Linear(12, 4),
     ).double()
 

@@ -231,15 +231,34 @@ class NeuronSymmetry(Symmetry):
     infinitesimal generator).
     """
 
-    def __init__(self, *, width: int, slots: Sequence[Slot], site: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike] = (),
+        *,
+        family: str,
+        group: str,
+        dim: int,
+        outgoing_power: float = -1.0,
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        """``incoming`` slots default to axis 0 and power +1, ``outgoing`` slots to axis 1 and
+        ``outgoing_power``; the name is ``"<family>[<site>]"``."""
+        slots_in = make_slots(incoming, axis=0, power=1.0)
+        slots_out = make_slots(outgoing, axis=1, power=outgoing_power)
         if width < 1:
-            raise InvalidArgumentError(f"{kwargs.get('name')}: width must be >= 1, got {width}")
-        if not slots:
-            raise InvalidArgumentError(f"{kwargs.get('name')}: needs at least one slot")
+            raise InvalidArgumentError(f"{family}: width must be >= 1, got {width}")
+        if not slots_in:
+            raise InvalidArgumentError(f"{family}: needs at least one incoming slot")
         self.width = int(width)
-        self.slots = tuple(slots)
-        self.site = site
+        self.slots = slots_in + slots_out
+        self.site = site or default_site(slots_in, slots_out)
+        super().__init__(
+            name=f"{family}[{self.site}]", group=group, dim=dim, exact=exact, notes=notes
+        )
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -249,7 +268,10 @@ class NeuronSymmetry(Symmetry):
     def touched_axes(self) -> frozenset[tuple[str, int]]:
         return frozenset((s.name, s.axis) for s in self.slots)
 
-    def check_params(self, params: Mapping[str, Tensor], *, per_neuron: bool = True) -> None:
+    per_neuron: bool = True
+    """Whether each neuron has its own group component (then slots must have size ``width``)."""
+
+    def check_params(self, params: Mapping[str, Tensor]) -> None:
         """Raise unless each slot's parameter is present, finite, of size ``width`` on its axis."""
         for slot in self.slots:
             if slot.name not in params:
@@ -259,7 +281,7 @@ class NeuronSymmetry(Symmetry):
                     "symmetry was found on"
                 )
             t = params[slot.name]
-            if per_neuron and (slot.axis >= t.ndim or t.shape[slot.axis] != self.width):
+            if self.per_neuron and (slot.axis >= t.ndim or t.shape[slot.axis] != self.width):
                 raise ShapeError(
                     f"{self.name}: parameter '{slot.name}' has shape {tuple(t.shape)}, expected "
                     f"size {self.width} along axis {slot.axis}"

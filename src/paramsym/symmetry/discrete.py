@@ -13,7 +13,7 @@ Both are zero-dimensional: no Lie algebra and no flat directions (§2.3.3); ``ta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -25,35 +25,34 @@ from paramsym.symmetry.base import (
     Slot,
     SlotLike,
     _default_dtype,
-    default_site,
-    make_slots,
     scale_along,
 )
 
 
 class _DiscreteNeuronSymmetry(NeuronSymmetry):
+    """Shared constructor: ``incoming`` slots default to axis 0, ``outgoing`` to axis 1."""
+
+    family: ClassVar[str]
+    group_symbol: ClassVar[str]
+
     def __init__(
         self,
         width: int,
         incoming: Sequence[SlotLike],
         outgoing: Sequence[SlotLike],
         *,
-        family: str,
-        group: str,
-        site: str | None,
-        exact: bool,
-        notes: Sequence[str],
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
     ) -> None:
-        slots_in = make_slots(incoming, axis=0, power=1.0)
-        slots_out = make_slots(outgoing, axis=1, power=-1.0)
-        site = site or default_site(slots_in, slots_out)
         super().__init__(
-            width=width,
-            slots=slots_in + slots_out,
-            site=site,
-            name=f"{family}[{site}]",
-            group=group,
+            width,
+            incoming,
+            outgoing,
+            family=self.family,
+            group=self.group_symbol.format(width),
             dim=0,
+            site=site,
             exact=exact,
             notes=notes,
         )
@@ -77,26 +76,8 @@ class NeuronPermutation(_DiscreteNeuronSymmetry):
     (tensor([1, 0, 2]), tensor([2, 0, 1]))
     """
 
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width,
-            incoming,
-            outgoing,
-            family="permutation",
-            group=f"S_{width}",
-            site=site,
-            exact=exact,
-            notes=notes,
-        )
+    family = "permutation"
+    group_symbol = "S_{}"
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
@@ -150,26 +131,8 @@ class SignFlip(_DiscreteNeuronSymmetry):
     normalisation layers in between are incoming slots (BatchNorm's shift flips with the sign).
     """
 
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width,
-            incoming,
-            outgoing,
-            family="sign_flip",
-            group=f"(Z_2)^{width}",
-            site=site,
-            exact=exact,
-            notes=notes,
-        )
+    family = "sign_flip"
+    group_symbol = "(Z_2)^{}"
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None

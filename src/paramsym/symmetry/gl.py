@@ -13,7 +13,7 @@ Infinitesimal action: ``M·(W_A, b_A, W_B) = (M W_A, M b_A, −W_B M)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -25,8 +25,6 @@ from paramsym.symmetry.base import (
     Slot,
     SlotLike,
     _default_dtype,
-    default_site,
-    make_slots,
     matmul_along,
 )
 
@@ -36,35 +34,52 @@ class MatrixNeuronSymmetry(NeuronSymmetry):
 
     Slots with power +1 transform as ``g · T`` along their axis (incoming weights, biases);
     slots with power −1 as ``T · g⁻¹`` (the outgoing weight), i.e. by g⁻ᵀ along the axis.
+
+    Args:
+        width: hidden width h.
+        incoming: parameters transformed as ``g · T`` (default axis 0): the incoming weight
+            and bias, e.g. ``["0.weight", "0.bias"]``.
+        outgoing: parameters transformed as ``T · g⁻¹`` (default axis 1): the outgoing
+            weight, e.g. ``["2.weight"]``.
+        site: label used in the name (default ``"<in module>-><out module>"``).
+        exact, notes: see :class:`~paramsym.symmetry.Symmetry`.
     """
+
+    family: ClassVar[str]
 
     def __init__(
         self,
-        *,
         width: int,
         incoming: Sequence[SlotLike],
         outgoing: Sequence[SlotLike],
-        site: str | None,
-        family: str,
-        group: str,
-        dim: int,
-        **kwargs: Any,
+        *,
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
     ) -> None:
-        slots_in = make_slots(incoming, axis=0, power=1.0)
-        slots_out = make_slots(outgoing, axis=1, power=-1.0)
-        slots = slots_in + slots_out
-        if any(s.power not in (1.0, -1.0) for s in slots):
-            raise InvalidArgumentError(f"{family}: slot powers of a matrix group must be +1 or -1")
-        site = site or default_site(slots_in, slots_out)
         super().__init__(
-            width=width,
-            slots=slots,
+            width,
+            incoming,
+            outgoing,
+            family=self.family,
+            group=self._group(width),
+            dim=self._algebra_dimension(width),
             site=site,
-            name=f"{family}[{site}]",
-            group=group,
-            dim=dim,
-            **kwargs,
+            exact=exact,
+            notes=notes,
         )
+        if any(s.power not in (1.0, -1.0) for s in self.slots):
+            raise InvalidArgumentError(
+                f"{self.name}: slot powers of a matrix group must be +1 or -1"
+            )
+
+    @staticmethod
+    def _group(width: int) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def _algebra_dimension(width: int) -> int:
+        raise NotImplementedError
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
@@ -112,15 +127,8 @@ class MatrixNeuronSymmetry(NeuronSymmetry):
 class HiddenGL(MatrixNeuronSymmetry):
     """GL(h) on the hidden layer between two linear maps (linear activation).
 
-    Args:
-        width: hidden width h.
-        incoming: parameters transformed as ``g · T`` (default axis 0): the incoming weight
-            and bias, e.g. ``["0.weight", "0.bias"]``.
-        outgoing: parameters transformed as ``T · g⁻¹`` (default axis 1): the outgoing
-            weight, e.g. ``["2.weight"]``.
-        site: label used in the name (default ``"<in module>-><out module>"``).
-
-    Elements are invertible h×h matrices; ``sample`` returns ``exp(M)``.
+    Arguments as for :class:`MatrixNeuronSymmetry`. Elements are invertible h×h matrices;
+    ``sample`` returns ``exp(M)``.
 
     >>> import torch, paramsym as ps
     >>> model = ps.mlp([3, 4, 2], activation="identity", seed=0)
@@ -134,27 +142,15 @@ class HiddenGL(MatrixNeuronSymmetry):
     True
     """
 
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width=width,
-            incoming=incoming,
-            outgoing=outgoing,
-            site=site,
-            family="GL",
-            group=f"GL({width})",
-            dim=width * width,
-            exact=exact,
-            notes=notes,
-        )
+    family = "GL"
+
+    @staticmethod
+    def _group(width: int) -> str:
+        return f"GL({width})"
+
+    @staticmethod
+    def _algebra_dimension(width: int) -> int:
+        return width * width
 
     def check_element(self, g: GroupElement) -> Tensor:
         return self._validated_inverse_transpose(g)[0]

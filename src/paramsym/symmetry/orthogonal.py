@@ -9,45 +9,30 @@ angular-momentum identity of Thm 2.5.6.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor
 
 from paramsym.errors import InvalidGroupElementError
-from paramsym.symmetry.base import GroupElement, SlotLike
+from paramsym.symmetry.base import GroupElement
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 
 
 class HiddenOrthogonal(MatrixNeuronSymmetry):
     """O(h) on the hidden layer between two linear maps (radial or linear activation).
 
-    Arguments as for :class:`~paramsym.symmetry.HiddenGL`. Elements are orthogonal h×h
-    matrices (checked to ``√eps·h``); ``sample`` and ``exp`` give rotations (det +1).
+    Arguments as for :class:`~paramsym.symmetry.gl.MatrixNeuronSymmetry`. Elements are
+    orthogonal h×h matrices (checked to ``√eps·h``); ``sample`` and ``exp`` give rotations.
     """
 
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width=width,
-            incoming=incoming,
-            outgoing=outgoing,
-            site=site,
-            family="orthogonal",
-            group=f"O({width})",
-            dim=width * (width - 1) // 2,
-            exact=exact,
-            notes=notes,
-        )
-        self._upper = torch.triu_indices(width, width, offset=1)
+    family = "orthogonal"
+
+    @staticmethod
+    def _group(width: int) -> str:
+        return f"O({width})"
+
+    @staticmethod
+    def _algebra_dimension(width: int) -> int:
+        return width * (width - 1) // 2
 
     def check_element(self, g: GroupElement) -> Tensor:
         g = self._element_tensor(g, (self.width, self.width), "an O(h) element")
@@ -71,6 +56,6 @@ class HiddenOrthogonal(MatrixNeuronSymmetry):
         return g, g  # g⁻ᵀ = g for orthogonal g
 
     def _algebra(self, xi: Tensor) -> Tensor:
-        m = xi.new_zeros(self.width, self.width)
-        m = m.index_put((self._upper[0].to(xi.device), self._upper[1].to(xi.device)), xi)
+        rows, cols = torch.triu_indices(self.width, self.width, offset=1, device=xi.device)
+        m = xi.new_zeros(self.width, self.width).index_put((rows, cols), xi)
         return m - m.T

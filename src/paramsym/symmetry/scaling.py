@@ -31,8 +31,6 @@ from paramsym.symmetry.base import (
     Slot,
     SlotLike,
     _default_dtype,
-    default_site,
-    make_slots,
     scale_along,
 )
 
@@ -76,17 +74,15 @@ class PositiveScaling(NeuronSymmetry):
         exact: bool = True,
         notes: Sequence[str] = (),
     ) -> None:
-        slots_in = make_slots(incoming, axis=0, power=1.0)
-        slots_out = make_slots(outgoing, axis=1, power=-float(degree))
-        site = site or default_site(slots_in, slots_out)
-        size = width if per_neuron else 1
         super().__init__(
-            width=width,
-            slots=slots_in + slots_out,
-            site=site,
-            name=f"{family}[{site}]",
+            width,
+            incoming,
+            outgoing,
+            family=family,
             group=f"(R>0)^{width}" if per_neuron else "R>0",
-            dim=size,
+            dim=width if per_neuron else 1,
+            outgoing_power=-float(degree),
+            site=site,
             exact=exact,
             notes=notes,
         )
@@ -97,12 +93,9 @@ class PositiveScaling(NeuronSymmetry):
     def touched_axes(self) -> frozenset[tuple[str, int]]:
         if self.per_neuron:
             return super().touched_axes
-        # One common scale multiplies whole tensors: it commutes with everything linear,
-        # but claim every axis so products stay conservative.
-        return frozenset((s.name, -1) for s in self.slots)
-
-    def check_params(self, params: Any, *, per_neuron: bool = True) -> None:
-        super().check_params(params, per_neuron=self.per_neuron)
+        # One common scale multiplies whole tensors. It commutes with every linear action but
+        # not with a translation, so claim both axes of each tensor: products stay safe.
+        return frozenset((s.name, axis) for s in self.slots for axis in (0, 1))
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
