@@ -52,3 +52,24 @@ def test_params_of_shares_storage_but_not_graph():
     p = ps.params_of(model)
     assert not p["weight"].requires_grad
     assert p["weight"].data_ptr() == model.weight.data_ptr()
+
+
+def test_matrix_exp_is_accurate_where_torch_single_matrix_path_is_not():
+    """pytorch#196592: the single-matrix path errs by ~1e-10 near norm 0.05 in float64."""
+    import numpy as np
+    import scipy.linalg
+
+    from paramsym.core.linalg import matrix_exp
+
+    worst = 0.0
+    for n in (1, 2, 5, 16):
+        for norm in np.logspace(-6, 1.2, 40):
+            b = torch.randn(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+            m = float(norm) * b / torch.linalg.matrix_norm(b, 1)
+            reference = torch.from_numpy(scipy.linalg.expm(m.numpy()))
+            error = (matrix_exp(m) - reference).abs().max() / reference.abs().max()
+            worst = max(worst, float(error))
+    assert worst <= 1e-12
+    rotation = torch.tensor([[0.0, 0.049], [-0.049, 0.0]], dtype=torch.float64)
+    exact = torch.tensor([[np.cos(0.049), np.sin(0.049)], [-np.sin(0.049), np.cos(0.049)]])
+    assert float((matrix_exp(rotation) - exact).abs().max()) <= 1e-15

@@ -38,7 +38,12 @@ from paramsym.errors import InvalidArgumentError, MissingParameterError, ShapeEr
 GroupElement = Tensor | tuple["GroupElement", ...]
 """A group element: a tensor, or a tuple of elements for a product of symmetries."""
 
-Preserves = Literal["function", "loss"]
+Preserves = Literal["function", "loss", "distribution"]
+"""What the action leaves unchanged: the network function, the loss, or an expectation over the
+data distribution (dissertation Def. 1.2.1, 1.3.1, 1.3.6)."""
+
+Region = tuple[str, int, int, int | None]
+"""(parameter, axis, start, stop) touched by an action; ``stop=None`` means to the end."""
 
 
 @dataclass(frozen=True)
@@ -50,14 +55,35 @@ class Slot:
         axis: the axis indexed by the hidden neuron (0 for the rows of the incoming weight and
             for biases, 1 for the columns of the outgoing weight).
         power: how the group element enters. For a matrix group, ``+1`` transforms the slot
-            as ``g · T`` along ``axis`` (incoming) and ``-1`` as ``T · g⁻¹`` (outgoing). For a
-            scaling group, the slot is multiplied by ``c**power`` (e.g. ``-α`` on the outgoing
-            weight of an α-homogeneous activation).
+            as ``g · T`` along ``axis`` (incoming) and ``-1`` as ``g⁻ᵀ · T`` along ``axis``,
+            which for the columns of an outgoing weight is ``T · g⁻¹``. For a scaling group,
+            the slot is multiplied by ``c**power`` (e.g. ``-α`` on the outgoing weight of an
+            α-homogeneous activation).
+        offset: ``None`` if the whole axis is the neuron axis (its size is ``width · block``);
+            otherwise the neurons occupy ``[offset, offset + width · block)`` of a longer axis,
+            e.g. one attention head's rows in a packed ``in_proj_weight``.
+        block: entries per neuron along the axis (1 for neurons; ``head_dim`` when whole
+            attention heads are permuted).
     """
 
     name: str
     axis: int
     power: float = 1.0
+    offset: int | None = None
+    block: int = 1
+
+    def length(self, width: int) -> int:
+        """Number of entries along ``axis`` that the slot covers."""
+        return width * self.block
+
+    def region(self, width: int) -> Region:
+        start = self.offset or 0
+        return (
+            self.name,
+            self.axis,
+            start,
+            None if self.offset is None else start + self.length(width),
+        )
 
 
 SlotLike = Slot | str | tuple[str, int] | tuple[str, int, float]
@@ -127,8 +153,9 @@ class Symmetry(abc.ABC):
         """Names of the parameters the action changes."""
 
     @property
-    def touched_axes(self) -> frozenset[tuple[str, int]]:
-        """(parameter, axis) pairs the action mixes; disjoint sets mean commuting actions."""
+    def touched_regions(self) -> frozenset[Region]:
+        """Regions (parameter, axis, start, stop) the action mixes. Two actions whose regions
+        do not overlap commute (see :func:`regions_overlap`)."""
         return frozenset()
 
     @property
@@ -251,8 +278,8 @@ class NeuronSymmetry(Symmetry):
         slots_out = make_slots(outgoing, axis=1, power=outgoing_power)
         if width < 1:
             raise InvalidArgumentError(f"{family}: width must be >= 1, got {width}")
-        if not slots_in:
-            raise InvalidArgumentError(f"{family}: needs at least one incoming slot")
+        if not slots_in and not slots_out:
+            raise InvalidArgumentError(f"{family}: needs at least one slot")
         self.width = int(width)
         self.slots = slots_in + slots_out
         self.site = site or default_site(slots_in, slots_out)
@@ -265,8 +292,8 @@ class NeuronSymmetry(Symmetry):
         return tuple(dict.fromkeys(s.name for s in self.slots))
 
     @property
-    def touched_axes(self) -> frozenset[tuple[str, int]]:
-        return frozenset((s.name, s.axis) for s in self.slots)
+    def touched_regions(self) -> frozenset[Region]:
+        return frozenset(s.region(self.width) for s in self.slots)
 
     per_neuron: bool = True
     """Whether each neuron has its own group component (then slots must have size ``width``)."""
@@ -281,12 +308,40 @@ class NeuronSymmetry(Symmetry):
                     "symmetry was found on"
                 )
             t = params[slot.name]
-            if self.per_neuron and (slot.axis >= t.ndim or t.shape[slot.axis] != self.width):
+            if not self.per_neuron:
+                continue
+            size = t.shape[slot.axis] if slot.axis < t.ndim else None
+            needed = slot.length(self.width)
+            fits = (
+                size == needed
+                if slot.offset is None
+                else size is not None and size >= slot.offset + needed
+            )
+            if not fits:
+                where = "" if slot.offset is None else f" from offset {slot.offset}"
                 raise ShapeError(
                     f"{self.name}: parameter '{slot.name}' has shape {tuple(t.shape)}, expected "
-                    f"size {self.width} along axis {slot.axis}"
+                    f"{needed} entries along axis {slot.axis}{where}"
                 )
         check_finite(((n, params[n]) for n in self.parameter_names), self.name)
+
+    def _read(self, t: Tensor, slot: Slot) -> Tensor:
+        """The slot's region of ``t``, with the neuron axis at ``slot.axis`` (size ``width``)."""
+        if slot.offset is None and slot.block == 1:
+            return t
+        region = t.narrow(slot.axis, slot.offset or 0, slot.length(self.width))
+        return region.unflatten(slot.axis, (self.width, slot.block)) if slot.block > 1 else region
+
+    def _write(self, t: Tensor, slot: Slot, region: Tensor) -> Tensor:
+        """``t`` with the slot's region replaced by ``region`` (as returned by :meth:`_read`)."""
+        if slot.block > 1:
+            region = region.flatten(slot.axis, slot.axis + 1)
+        if slot.offset is None:
+            return region
+        start, length = slot.offset, slot.length(self.width)
+        before = t.narrow(slot.axis, 0, start)
+        after = t.narrow(slot.axis, start + length, t.shape[slot.axis] - start - length)
+        return torch.cat([before, region, after], dim=slot.axis)
 
     def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
         self.check_params(params)
@@ -294,7 +349,10 @@ class NeuronSymmetry(Symmetry):
         prepared = self._prepare(g, ref.dtype, ref.device)
         out = dict(params)
         for slot in self.slots:
-            out[slot.name] = self._transform(out[slot.name], slot, prepared)
+            t = out[slot.name]
+            out[slot.name] = self._write(
+                t, slot, self._transform(self._read(t, slot), slot, prepared)
+            )
         return out
 
     def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
@@ -306,7 +364,9 @@ class NeuronSymmetry(Symmetry):
         ref = params[self.slots[0].name]
         generator = self._algebra(xi.to(dtype=ref.dtype, device=ref.device))
         for slot in self.slots:
-            out[slot.name] = out[slot.name] + self._differential(params[slot.name], slot, generator)
+            t = params[slot.name]
+            rate = self._differential(self._read(t, slot), slot, generator)
+            out[slot.name] = out[slot.name] + self._write(torch.zeros_like(t), slot, rate)
         return out
 
     @abc.abstractmethod
@@ -325,6 +385,15 @@ class NeuronSymmetry(Symmetry):
     def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
         """The slot's tangent under the algebra element ``generator``."""
         raise NotImplementedError
+
+
+def regions_overlap(a: Region, b: Region) -> bool:
+    """Whether two regions of the same parameter axis intersect."""
+    if a[0] != b[0] or a[1] != b[1]:
+        return False
+    a_stop = a[3] if a[3] is not None else float("inf")
+    b_stop = b[3] if b[3] is not None else float("inf")
+    return a[2] < b_stop and b[2] < a_stop
 
 
 # -- operations along one axis of a tensor ----------------------------------------------------

@@ -13,12 +13,13 @@ Infinitesimal action: ``M·(W_A, b_A, W_B) = (M W_A, M b_A, −W_B M)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from paramsym.errors import InvalidArgumentError, InvalidGroupElementError
+from paramsym.core.linalg import matrix_exp
+from paramsym.errors import InvalidArgumentError, InvalidGroupElementError, ShapeError
 from paramsym.symmetry.base import (
     GroupElement,
     NeuronSymmetry,
@@ -29,7 +30,71 @@ from paramsym.symmetry.base import (
 )
 
 
-class MatrixNeuronSymmetry(NeuronSymmetry):
+class MatrixGroup:
+    """Group operations shared by the h×h matrix groups (GL(h), O(h) and the data-dependent GL
+    actions): identity, product, exponential map and sampling. Needs ``width``, ``dim``,
+    ``check_element``, ``check_xi`` and ``_algebra`` from the class it is mixed into."""
+
+    width: int
+    dim: int
+
+    if TYPE_CHECKING:  # provided by the classes this is mixed into
+
+        def check_element(self, g: GroupElement) -> Tensor: ...
+
+        def check_xi(self, xi: Tensor) -> Tensor: ...
+
+        def _algebra(self, xi: Tensor) -> Tensor: ...
+
+    def identity(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> Tensor:
+        return torch.eye(self.width, dtype=_default_dtype(dtype), device=device)
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        return self.check_element(g1) @ self.check_element(g2)
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return matrix_exp(self._algebra(self.check_xi(xi)))
+
+    def sample(
+        self,
+        scale: float = 0.1,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """``exp(M)`` with algebra coordinates drawn i.i.d. N(0, scale²/h), so that the
+        generator's operator norm is about ``2·scale`` whatever the width."""
+        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
+        return self.exp(xi * (scale / self.width**0.5)).to(device)
+
+
+class GeneralLinearGroup(MatrixGroup):
+    """GL(h) elements: invertible h×h matrices, algebra gl(h) with coordinates ξ = M.flatten()
+    (row-major, dim = h²). Needs ``width`` and ``name``."""
+
+    name: str
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        return self._validated_inverse_transpose(g)[0]
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return self._validated_inverse_transpose(g)[1].T
+
+    def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
+        if not isinstance(g, Tensor) or tuple(g.shape) != (self.width, self.width):
+            shape = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
+            raise ShapeError(
+                f"{self.name}: a GL element must have shape {(self.width, self.width)}, got {shape}"
+            )
+        return g, _checked_inverse(g, self.name).T
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        return xi.reshape(self.width, self.width)
+
+
+class MatrixNeuronSymmetry(MatrixGroup, NeuronSymmetry):
     """Shared machinery of matrix groups acting on a hidden layer (GL(h), O(h)).
 
     Slots with power +1 transform as ``g · T`` along their axis (incoming weights, biases);
@@ -81,32 +146,6 @@ class MatrixNeuronSymmetry(NeuronSymmetry):
     def _algebra_dimension(width: int) -> int:
         raise NotImplementedError
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.eye(self.width, dtype=_default_dtype(dtype), device=device)
-
-    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
-        a, b = self.check_element(g1), self.check_element(g2)
-        assert isinstance(a, Tensor)
-        assert isinstance(b, Tensor)
-        return a @ b
-
-    def exp(self, xi: Tensor) -> Tensor:
-        return torch.linalg.matrix_exp(self._algebra(self.check_xi(xi)))
-
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
-    ) -> Tensor:
-        """``exp(M)`` with algebra coordinates drawn i.i.d. N(0, scale²/h), so that the
-        generator's operator norm is about ``2·scale`` whatever the width."""
-        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
-        return self.exp(xi * (scale / self.width**0.5)).to(device)
-
     def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
         """Check ``g`` and return it with g⁻ᵀ (computed once)."""
         raise NotImplementedError
@@ -124,7 +163,7 @@ class MatrixNeuronSymmetry(NeuronSymmetry):
         return matmul_along(t, slot.axis, generator if slot.power > 0 else -generator.T)
 
 
-class HiddenGL(MatrixNeuronSymmetry):
+class HiddenGL(GeneralLinearGroup, MatrixNeuronSymmetry):
     """GL(h) on the hidden layer between two linear maps (linear activation).
 
     Arguments as for :class:`MatrixNeuronSymmetry`. Elements are invertible h×h matrices;
@@ -151,19 +190,6 @@ class HiddenGL(MatrixNeuronSymmetry):
     @staticmethod
     def _algebra_dimension(width: int) -> int:
         return width * width
-
-    def check_element(self, g: GroupElement) -> Tensor:
-        return self._validated_inverse_transpose(g)[0]
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return self._validated_inverse_transpose(g)[1].T
-
-    def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
-        g = self._element_tensor(g, (self.width, self.width), "a GL element")
-        return g, _checked_inverse(g, self.name).T
-
-    def _algebra(self, xi: Tensor) -> Tensor:
-        return xi.reshape(self.width, self.width)
 
 
 def _checked_inverse(g: Tensor, name: str) -> Tensor:

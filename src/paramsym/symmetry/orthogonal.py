@@ -12,16 +12,50 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from paramsym.errors import InvalidGroupElementError
+from paramsym.errors import InvalidGroupElementError, ShapeError
 from paramsym.symmetry.base import GroupElement
-from paramsym.symmetry.gl import MatrixNeuronSymmetry
+from paramsym.symmetry.gl import MatrixGroup, MatrixNeuronSymmetry
 
 
-class HiddenOrthogonal(MatrixNeuronSymmetry):
+class OrthogonalGroup(MatrixGroup):
+    """O(h) elements: orthogonal h×h matrices (checked to ``√eps·h``), algebra so(h) with basis
+    ``E_kl − E_lk`` (k < l, row-major over the upper triangle); ``exp`` gives rotations.
+    Needs ``width`` and ``name``."""
+
+    name: str
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        if not isinstance(g, Tensor) or tuple(g.shape) != (self.width, self.width):
+            shape = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
+            raise ShapeError(
+                f"{self.name}: an O(h) element must have shape {(self.width, self.width)}, "
+                f"got {shape}"
+            )
+        if not bool(torch.isfinite(g).all()):
+            raise InvalidGroupElementError(f"{self.name}: the group element has NaN or inf entries")
+        eye = torch.eye(self.width, dtype=g.dtype, device=g.device)
+        error = float((g.T @ g - eye).abs().max())
+        tol = self.width * torch.finfo(g.dtype).eps ** 0.5
+        if error > tol:
+            raise InvalidGroupElementError(
+                f"{self.name}: the group element is not orthogonal (‖gᵀg − I‖_max = {error:.2e} "
+                f"> {tol:.1e}); this symmetry only holds for orthogonal matrices"
+            )
+        return g
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return self.check_element(g).T
+
+    def _algebra(self, xi: Tensor) -> Tensor:
+        rows, cols = torch.triu_indices(self.width, self.width, offset=1, device=xi.device)
+        m = xi.new_zeros(self.width, self.width).index_put((rows, cols), xi)
+        return m - m.T
+
+
+class HiddenOrthogonal(OrthogonalGroup, MatrixNeuronSymmetry):
     """O(h) on the hidden layer between two linear maps (radial or linear activation).
 
-    Arguments as for :class:`~paramsym.symmetry.gl.MatrixNeuronSymmetry`. Elements are
-    orthogonal h×h matrices (checked to ``√eps·h``); ``sample`` and ``exp`` give rotations.
+    Arguments as for :class:`~paramsym.symmetry.gl.MatrixNeuronSymmetry`.
     """
 
     family = "orthogonal"
@@ -34,28 +68,6 @@ class HiddenOrthogonal(MatrixNeuronSymmetry):
     def _algebra_dimension(width: int) -> int:
         return width * (width - 1) // 2
 
-    def check_element(self, g: GroupElement) -> Tensor:
-        g = self._element_tensor(g, (self.width, self.width), "an O(h) element")
-        if not bool(torch.isfinite(g).all()):
-            raise InvalidGroupElementError(f"{self.name}: the group element has NaN or inf entries")
-        eye = torch.eye(self.width, dtype=g.dtype, device=g.device)
-        error = float((g.T @ g - eye).abs().max())
-        tol = self.width * torch.finfo(g.dtype).eps ** 0.5
-        if error > tol:
-            raise InvalidGroupElementError(
-                f"{self.name}: the group element is not orthogonal (‖gᵀg − I‖_max = {error:.2e} "
-                f"> {tol:.1e}); radial activations only commute with orthogonal matrices"
-            )
-        return g
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return self.check_element(g).T
-
     def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
         g = self.check_element(g)
         return g, g  # g⁻ᵀ = g for orthogonal g
-
-    def _algebra(self, xi: Tensor) -> Tensor:
-        rows, cols = torch.triu_indices(self.width, self.width, offset=1, device=xi.device)
-        m = xi.new_zeros(self.width, self.width).index_put((rows, cols), xi)
-        return m - m.T

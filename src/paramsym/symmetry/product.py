@@ -20,7 +20,7 @@ from torch import Tensor
 
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError, ShapeError
-from paramsym.symmetry.base import GroupElement, Symmetry
+from paramsym.symmetry.base import GroupElement, Region, Symmetry, regions_overlap
 
 
 class ProductSymmetry(Symmetry):
@@ -39,11 +39,15 @@ class ProductSymmetry(Symmetry):
             raise InvalidArgumentError("ProductSymmetry: needs at least one factor")
         for i, a in enumerate(factors):
             for b in factors[i + 1 :]:
-                shared = a.touched_axes & b.touched_axes
+                shared = [
+                    r
+                    for r in a.touched_regions
+                    if any(regions_overlap(r, q) for q in b.touched_regions)
+                ]
                 if shared:
                     raise InvalidArgumentError(
-                        f"ProductSymmetry: {a.name} and {b.name} both act on "
-                        f"{sorted(shared)[0]} (parameter, axis), so they need not commute "
+                        f"ProductSymmetry: {a.name} and {b.name} both act on parameter "
+                        f"'{shared[0][0]}' along axis {shared[0][1]}, so they need not commute "
                         "and their product is not a direct product; combine symmetries of "
                         "different layers, or act with them one after the other"
                     )
@@ -64,8 +68,8 @@ class ProductSymmetry(Symmetry):
         return tuple(dict.fromkeys(n for f in self.factors for n in f.parameter_names))
 
     @property
-    def touched_axes(self) -> frozenset[tuple[str, int]]:
-        return frozenset().union(*(f.touched_axes for f in self.factors))
+    def touched_regions(self) -> frozenset[Region]:
+        return frozenset().union(*(f.touched_regions for f in self.factors))
 
     def _elements(self, g: GroupElement) -> tuple[GroupElement, ...]:
         if not isinstance(g, tuple) or len(g) != len(self.factors):

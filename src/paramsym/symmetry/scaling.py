@@ -28,6 +28,7 @@ from paramsym.errors import InvalidGroupElementError
 from paramsym.symmetry.base import (
     GroupElement,
     NeuronSymmetry,
+    Region,
     Slot,
     SlotLike,
     _default_dtype,
@@ -90,12 +91,12 @@ class PositiveScaling(NeuronSymmetry):
         self.per_neuron = per_neuron
 
     @property
-    def touched_axes(self) -> frozenset[tuple[str, int]]:
+    def touched_regions(self) -> frozenset[Region]:
         if self.per_neuron:
-            return super().touched_axes
+            return super().touched_regions
         # One common scale multiplies whole tensors. It commutes with every linear action but
         # not with a translation, so claim both axes of each tensor: products stay safe.
-        return frozenset((s.name, axis) for s in self.slots for axis in (0, 1))
+        return frozenset((s.name, axis, 0, None) for s in self.slots for axis in (0, 1))
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from paramsym.core.params import Params, check_finite
 from paramsym.errors import InvalidGroupElementError, MissingParameterError, ShapeError
-from paramsym.symmetry.base import GroupElement, Preserves, Symmetry, _default_dtype
+from paramsym.symmetry.base import GroupElement, Preserves, Region, Symmetry, _default_dtype
 
 
 class SoftmaxTranslation(Symmetry):
@@ -73,11 +73,11 @@ class SoftmaxTranslation(Symmetry):
         return (self.weight,) if self.bias is None else (self.weight, self.bias)
 
     @property
-    def touched_axes(self) -> frozenset[tuple[str, int]]:
-        axes = {(self.weight, 0), (self.weight, 1)}
+    def touched_regions(self) -> frozenset[Region]:
+        regions: set[Region] = {(self.weight, 0, 0, None), (self.weight, 1, 0, None)}
         if self.bias is not None:
-            axes.add((self.bias, 0))
-        return frozenset(axes)
+            regions.add((self.bias, 0, 0, None))
+        return frozenset(regions)
 
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
