@@ -49,5 +49,10 @@ class UnanalysedModuleWarning(ParamsymWarning):
     """Some modules were not analysed, so symmetries passing through them are not reported."""
 
 
+class ApproximateActionWarning(ParamsymWarning):
+    """A data-dependent action was not exact on the given batch; the message gives the measured
+    change of the layer's output."""
+
+
 class NotConvergedWarning(ParamsymWarning):
     """An iterative method stopped before reaching its tolerance; the result is approximate."""
