@@ -1,4 +1,5 @@
-"""Models and activations: the MLP builder, the NTK-parameterised layer, the activation registry."""
+"""Models and activations: the MLP builder, the NTK-parameterised layer, attention, LoRA and RBF
+blocks, a small transformer, and the activation registry."""
 
 from paramsym.nn.activations import (
     ActivationSpec,
@@ -8,14 +9,22 @@ from paramsym.nn.activations import (
     available_activations,
     get_activation,
 )
+from paramsym.nn.attention import MultiHeadAttention, TinyTransformer, TransformerBlock
 from paramsym.nn.layers import NTKLinear
+from paramsym.nn.lowrank import LoRALinear
 from paramsym.nn.mlp import mlp
+from paramsym.nn.rbf import RBFNetwork
 
 __all__ = [
     "ActivationSpec",
+    "LoRALinear",
     "Monomial",
+    "MultiHeadAttention",
     "NTKLinear",
+    "RBFNetwork",
     "RadialRescaling",
+    "TinyTransformer",
+    "TransformerBlock",
     "activation_spec",
     "available_activations",
     "get_activation",
