@@ -116,7 +116,11 @@ def cases(draw) -> Case:
     # LayerNorm(eps=0) of an all-zero hidden vector (e.g. after a ReLU) is 0/0: such a model
     # has no function to preserve.
     assume(bool(torch.isfinite(case.output(case.params)).all()))
-    assume(bool(torch.isfinite(ps.flatten(case.grad(case.params))).all()))
+    gradient = ps.flatten(case.grad(case.params))
+    assume(bool(torch.isfinite(gradient).all()))
+    # A saturated softmax (e.g. cubic activations) leaves a gradient of ~1e-12 that is mostly
+    # rounding noise; relative identities on it are meaningless.
+    assume(float(gradient.norm()) > 1e-6)
     return case
 
 

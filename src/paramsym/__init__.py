@@ -10,7 +10,7 @@ The public API (see DESIGN.md and the README)::
     ps.hvp(model, loss_fn, (x, y), v)      # curvature primitives
 """
 
-from paramsym import nn
+from paramsym import landscapes, nn
 from paramsym.core import (
     Params,
     add,
@@ -37,6 +37,7 @@ from paramsym.curvature import (
     top_eigenvalues,
 )
 from paramsym.errors import (
+    ApproximateActionWarning,
     AutodiffError,
     InvalidArgumentError,
     InvalidGroupElementError,
@@ -53,19 +54,24 @@ from paramsym.nn import NTKLinear, mlp
 from paramsym.symmetry import (
     HiddenGL,
     HiddenOrthogonal,
+    InverseActivationGL,
     NeuronPermutation,
+    NonlinearGL,
     PositiveScaling,
     ProductSymmetry,
+    PseudoInverseGL,
     SignFlip,
     Slot,
     SoftmaxTranslation,
     Symmetry,
+    register_block,
     symmetries,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApproximateActionWarning",
     "AutodiffError",
     "EigenResult",
     "HessianOperator",
@@ -73,16 +79,19 @@ __all__ = [
     "HiddenOrthogonal",
     "InvalidArgumentError",
     "InvalidGroupElementError",
+    "InverseActivationGL",
     "MissingParameterError",
     "NTKLinear",
     "NeuronPermutation",
     "NonFiniteError",
+    "NonlinearGL",
     "NotConvergedWarning",
     "Params",
     "ParamsymError",
     "ParamsymWarning",
     "PositiveScaling",
     "ProductSymmetry",
+    "PseudoInverseGL",
     "ShapeError",
     "SignFlip",
     "Slot",
@@ -100,11 +109,13 @@ __all__ = [
     "hutchinson_trace",
     "hvp",
     "inner",
+    "landscapes",
     "mlp",
     "nn",
     "norm",
     "orbit_dimension",
     "params_of",
+    "register_block",
     "scale",
     "sub",
     "symmetries",
