@@ -13,3 +13,6 @@ def test_tour_runs_and_reports_every_symmetry(capsys):
     for name in ("norm_scaling[0->1]", "rescaling[1->3]", "GL[5->6]", "translation[6]"):
         assert name in out
     assert "HVPs" in out
+    assert "k = 32 samples: approximate" in out
+    assert "k =  8 samples: exact" in out
+    assert "TinyTransformer:" in out
