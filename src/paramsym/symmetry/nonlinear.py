@@ -157,8 +157,7 @@ class DataDependentGL(GeneralLinearGroup, Symmetry):
     """Common part of the data-dependent GL(h) actions on one :class:`LayerPair`.
 
     Subclasses implement :meth:`_transform`: the new parameters and the report's rank and
-    ``exact`` flag, computed with tensor operations only (so :meth:`tangent` can differentiate
-    it with ``torch.func.jvp``).
+    ``exact`` flag, differentiable in g and θ (so :meth:`tangent` can use ``torch.func.jvp``).
     """
 
     family: ClassVar[str]
@@ -255,11 +254,12 @@ class DataDependentGL(GeneralLinearGroup, Symmetry):
         """``d/dt act(θ, exp(tξ), x)`` at t = 0, by ``torch.func.jvp`` through the action."""
         xi = self.check_xi(xi)
         x = self._check(params, x)
-        zero = torch.zeros_like(xi)
-        out = torch.func.jvp(lambda z: self._transform(params, self.exp(z), x)[0], (zero,), (xi,))[
-            1
-        ]
-        return dict(out)
+
+        def moved(z: Tensor) -> Params:
+            return self._transform(params, self.exp(z), x)[0]
+
+        _, rate = torch.func.jvp(moved, (torch.zeros_like(xi),), (xi,))
+        return dict(rate)
 
     # -- pieces ----------------------------------------------------------------------------
     def _batch(self, x: Tensor) -> Tensor:
@@ -277,7 +277,7 @@ class DataDependentGL(GeneralLinearGroup, Symmetry):
     def _transform(
         self, params: Mapping[str, Tensor], g: Tensor, x: Tensor
     ) -> tuple[Params, Tensor, Tensor]:
-        """(new params, rank, exact) with tensor operations only."""
+        """(new params, rank, exact), differentiable in g and θ (``tangent`` uses jvp)."""
         raise NotImplementedError
 
 
