@@ -258,7 +258,7 @@ class DataDependentGL(GeneralLinearGroup, Symmetry):
         def moved(z: Tensor) -> Params:
             return self._transform(params, self.exp(z), x)[0]
 
-        _, rate = torch.func.jvp(moved, (torch.zeros_like(xi),), (xi,))
+        rate = torch.func.jvp(moved, (torch.zeros_like(xi),), (xi,))[1]
         return dict(rate)
 
     # -- pieces ----------------------------------------------------------------------------
