@@ -37,6 +37,19 @@ class UnsupportedModuleError(ParamsymError, TypeError):
     """A module cannot be analysed (raised by ``symmetries(..., strict=True)``)."""
 
 
+class MissingDataError(ParamsymError, FileNotFoundError):
+    """A data set's files are not where paramsym looked; the message lists the expected file
+    names and the directories searched."""
+
+
+class DataFormatError(ParamsymError, ValueError):
+    """A data file exists but is not in the expected format (or is unsafe to load)."""
+
+
+class ExperimentError(ParamsymError, RuntimeError):
+    """An experiment could not be run as asked (unknown name, bad override, failed member)."""
+
+
 class AutodiffError(ParamsymError, RuntimeError):
     """An automatic-differentiation method failed for a known reason; the message says why."""
 
