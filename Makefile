@@ -9,7 +9,7 @@ TORCH_VERSION := 2.13.0
 CONSTRAINTS   := $(VENV)/constraints.txt
 PIP           := $(BIN)/python -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
 
-.PHONY: test demo bench lint typecheck clean
+.PHONY: test demo tour bench lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test: $(VENV)/.dev
 	$(BIN)/python -m pytest
 
 demo: $(VENV)/.dev
+	$(BIN)/paramsym reproduce --preset quick
+
+tour: $(VENV)/.dev
 	$(BIN)/python examples/tour.py
 
 bench: $(VENV)/.bench

@@ -1,0 +1,342 @@
+"""The ``paramsym`` command line: list, run, reproduce and report experiments.
+
+Built on click, with rich for progress bars and tables. Bad input (an unknown experiment, a
+malformed ``--set``, an unwritable ``--out``, missing data files) ends in a one-line error and
+exit status 1, not a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from paramsym.errors import MissingDataError, ParamsymError
+from paramsym.experiments import registry
+from paramsym.report import write_index
+from paramsym.sweep import Backend, RunOutcome, new_run_directory, rebuild_reports, run_experiment
+
+console = Console(stderr=True)
+T = TypeVar("T")
+
+
+class RichProgress:
+    """:class:`~paramsym.experiments.registry.Progress` shown as rich progress bars."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def track(
+        self, items: Iterable[T], total: int | None = None, description: str = ""
+    ) -> Iterator[T]:
+        if total is None and hasattr(items, "__len__"):
+            total = len(items)  # type: ignore[arg-type]
+        task = self.progress.add_task(description or "working", total=total)
+        try:
+            for item in items:
+                yield item
+                self.progress.advance(task)
+        finally:
+            self.progress.remove_task(task)
+
+    def log(self, message: str) -> None:
+        self.progress.console.print(message)
+
+
+@contextlib.contextmanager
+def _progress_bars() -> Iterator[Progress]:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bars:
+        yield bars
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except ParamsymError as error:
+        raise click.ClickException(
+            str(error).splitlines()[0] if str(error) else type(error).__name__
+        ) from None
+    except PermissionError as error:
+        raise click.ClickException(f"permission denied: {error.filename}") from None
+
+
+def _claims_table(outcome: RunOutcome) -> Table:
+    table = Table(title=f"{outcome.experiment}: claims", show_lines=False)
+    for column in ("claim", "source", "expected", "measured", "holds"):
+        table.add_column(column, overflow="fold")
+    for o in outcome.outcomes:
+        measured = f"{o.measured:.4g}" if isinstance(o.measured, float) else str(o.measured)
+        table.add_row(
+            o.claim, o.source, o.expected, measured, "[green]yes[/]" if o.holds else "[red]no[/]"
+        )
+    return table
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="paramsym")
+def main() -> None:
+    """Parameter-space symmetries of neural networks: rerun the seeds' figures, check claims."""
+
+
+@main.command("list")
+def list_command() -> None:
+    """List the experiments: name, seed reference, description, data needed."""
+    table = Table(title="paramsym experiments")
+    table.add_column("name", no_wrap=True)
+    for column in ("reproduces", "description", "data"):
+        table.add_column(column, overflow="fold")
+    for experiment in registry.all_experiments():
+        table.add_row(experiment.name, experiment.seed_ref, experiment.description, experiment.data)
+    Console().print(table)
+
+
+def _prepare_out(out: Path | None, runs_dir: Path, name: str, resume: bool) -> Path:
+    if out is not None:
+        return out
+    if resume:
+        previous = sorted(p for p in (runs_dir / name).glob("*") if (p / "config.json").exists())
+        unfinished = [p for p in previous if not (p / "metrics.json").exists()]
+        if unfinished:
+            return unfinished[-1]
+    return new_run_directory(runs_dir, name)
+
+
+def _run_one(
+    name: str,
+    preset: str,
+    assignments: Sequence[str],
+    grid_items: Sequence[str],
+    seeds: int,
+    out: Path | None,
+    runs_dir: Path,
+    backend: Backend,
+    workers: int | None,
+    address: str | None,
+    data_dir: Path | None,
+    resume: bool,
+) -> RunOutcome:
+    experiment = registry.get(name)
+    overrides = registry.parse_assignments(assignments)
+    if data_dir is not None and "data_dir" in {
+        f.name for f in dataclasses.fields(experiment.config_type)
+    }:
+        overrides.setdefault("data_dir", str(data_dir))
+    config = experiment.config(preset, overrides)
+    grid = {
+        k: [v for v in values.split(",") if v]
+        for k, values in registry.parse_assignments(grid_items).items()
+    }
+    directory = _prepare_out(out, runs_dir, name, resume)
+    with _progress_bars() as bars:
+        members = bars.add_task(f"{name} ({preset})", total=seeds * _grid_size(grid))
+        return run_experiment(
+            experiment,
+            config,
+            directory,
+            preset=preset,
+            seeds=seeds,
+            grid=grid,
+            backend=backend,
+            workers=workers,
+            address=address,
+            progress=RichProgress(bars),
+            on_finished=lambda member: bars.advance(members),
+        )
+
+
+def _grid_size(grid: dict[str, list[str]]) -> int:
+    size = 1
+    for values in grid.values():
+        size *= len(values)
+    return size
+
+
+_shared_options = [
+    click.option("--preset", default="quick", show_default=True, help="quick or paper"),
+    click.option(
+        "--seeds",
+        default=1,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="seeds seed … seed+N−1",
+    ),
+    click.option(
+        "--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True
+    ),
+    click.option(
+        "--address", default=None, help="Ray cluster address (default: a local Ray instance)"
+    ),
+    click.option(
+        "--workers",
+        default=None,
+        type=click.IntRange(min=1),
+        help="local worker processes (default: CPUs)",
+    ),
+    click.option(
+        "--data-dir",
+        type=click.Path(path_type=Path),
+        default=None,
+        envvar="PARAMSYM_DATA",
+        help="directory with data files (MNIST, CIFAR-10, UCI Energy); or PARAMSYM_DATA",
+    ),
+    click.option(
+        "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True
+    ),
+]
+
+
+def _with_shared_options(command: Any) -> Any:
+    for option in reversed(_shared_options):
+        command = option(command)
+    return command
+
+
+@main.command("run")
+@click.argument("name")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="override a config field (repeatable)",
+)
+@click.option(
+    "--grid",
+    "grid_items",
+    multiple=True,
+    metavar="KEY=V1,V2",
+    help="sweep a config field over values (repeatable)",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="run directory (reused to resume)"
+)
+@click.option("--resume", is_flag=True, help="continue the latest unfinished run of NAME")
+@_with_shared_options
+def run_command(
+    name: str,
+    assignments: tuple[str, ...],
+    grid_items: tuple[str, ...],
+    out: Path | None,
+    resume: bool,
+    preset: str,
+    seeds: int,
+    backend: Backend,
+    address: str | None,
+    workers: int | None,
+    data_dir: Path | None,
+    runs_dir: Path,
+) -> None:
+    """Run experiment NAME and write runs/NAME/TIMESTAMP/ (or --out)."""
+    with _one_line_errors():
+        outcome = _run_one(
+            name,
+            preset,
+            assignments,
+            grid_items,
+            seeds,
+            out,
+            runs_dir,
+            backend,
+            workers,
+            address,
+            data_dir,
+            resume,
+        )
+    Console().print(_claims_table(outcome))
+    console.print(
+        f"wrote {outcome.directory} "
+        f"({outcome.members_run} of {outcome.members_total} runs computed now)"
+    )
+
+
+@main.command("reproduce")
+@click.option(
+    "--only", "pattern", default=None, help="shell pattern of experiment names, e.g. 'q-*'"
+)
+@_with_shared_options
+def reproduce_command(
+    pattern: str | None,
+    preset: str,
+    seeds: int,
+    backend: Backend,
+    address: str | None,
+    workers: int | None,
+    data_dir: Path | None,
+    runs_dir: Path,
+) -> None:
+    """Run every experiment (matching --only), then write runs/index.html."""
+    with _one_line_errors():
+        experiments = registry.all_experiments(pattern)
+        if not experiments:
+            raise click.ClickException(f"no experiment matches --only {pattern!r}")
+        skipped: dict[str, str] = {}
+        summary = Table(title=f"paramsym reproduce ({preset})")
+        for column in ("experiment", "claims holding", "seconds", "directory"):
+            summary.add_column(column, overflow="fold")
+        for experiment in experiments:
+            start = time.perf_counter()
+            try:
+                outcome = _run_one(
+                    experiment.name,
+                    preset,
+                    (),
+                    (),
+                    seeds,
+                    None,
+                    runs_dir,
+                    backend,
+                    workers,
+                    address,
+                    data_dir,
+                    resume=True,
+                )
+            except MissingDataError as error:
+                skipped[experiment.name] = str(error).splitlines()[0]
+                summary.add_row(experiment.name, "[yellow]skipped: data missing[/]", "-", "-")
+                continue
+            holding = sum(o.holds for o in outcome.outcomes)
+            summary.add_row(
+                experiment.name,
+                f"{holding} / {len(outcome.outcomes)}",
+                f"{time.perf_counter() - start:.1f}",
+                str(outcome.directory),
+            )
+        index = write_index(runs_dir, skipped)
+    Console().print(summary)
+    console.print(f"wrote {index} (open it in a browser)")
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def report_command(run_dir: Path) -> None:
+    """Rewrite the report of RUN_DIR from its saved results (or index.html of a runs directory)."""
+    with _one_line_errors():
+        if (run_dir / "config.json").exists():
+            outcome = rebuild_reports(run_dir)
+            Console().print(_claims_table(outcome))
+            console.print(f"wrote {run_dir / 'report.md'}")
+        else:
+            index = write_index(run_dir)
+            console.print(f"wrote {index}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,352 @@
+"""Experiments: registered functions that reproduce a figure or table of a seed paper.
+
+An experiment is a function ``run(config, progress) -> Result`` registered with
+:func:`experiment`, together with
+
+* two presets of a frozen dataclass config: ``quick`` (seconds to minutes on a 2-core CPU,
+  data that is always available) and ``paper`` (the seed's own sizes);
+* the seed's **claims**: what the paper reports (a number, an ordering) and a check that
+  measures the same quantity on the result and says whether it holds;
+* an optional ``plot(result) -> {filename: Figure}`` drawing the figure with the seed's axes,
+  and an ``aggregate(results) -> Result`` combining runs over several seeds (default: mean and
+  standard deviation of every numeric metric, series from the first seed).
+
+The config must have an integer ``seed`` field; ``--seeds N`` runs seeds ``seed … seed+N−1``.
+A config field named ``data_dir`` receives ``--data-dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+import math
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from paramsym.errors import ExperimentError
+
+Number = float | int
+
+
+@dataclass
+class Result:
+    """What one run of an experiment produced.
+
+    Attributes:
+        metrics: named measurements (numbers, strings, or lists of them), JSON-serialisable.
+        series: the data behind each figure: ``{table: {column: [values...]}}``, written as
+            one CSV per table; all columns of a table have the same length.
+        notes: free-text remarks worth keeping in the report (approximations, skipped parts).
+    """
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "series": self.series, "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Result:
+        return cls(
+            dict(data["metrics"]),
+            {k: dict(v) for k, v in data["series"].items()},
+            list(data["notes"]),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A result reported in a seed paper, and how to check it on a :class:`Result`.
+
+    Attributes:
+        text: the claim in words, e.g. ``"at a minimum, 700 of the 750 Hessian eigenvalues are 0"``.
+        source: where the paper says it, e.g. ``"seed 001, Fig 2.7"``.
+        expected: the reported value or ordering, e.g. ``"≥ 700 of 750 with |λ| ≤ 1e-3"``.
+        check: ``result -> (measured, holds)``; ``measured`` is shown as is in reports.
+    """
+
+    text: str
+    source: str
+    expected: str
+    check: Callable[[Result], tuple[Any, bool]]
+
+    def evaluate(self, result: Result) -> ClaimOutcome:
+        try:
+            measured, holds = self.check(result)
+        except Exception as error:  # a failing check is a finding, not a crash of the report
+            return ClaimOutcome(
+                self.text, self.source, self.expected, f"check failed: {error}", False
+            )
+        return ClaimOutcome(self.text, self.source, self.expected, _plain(measured), bool(holds))
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """A claim with its measured value: one row of ``metrics.json["claims"]``."""
+
+    claim: str
+    source: str
+    expected: str
+    measured: Any
+    holds: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+T = TypeVar("T")
+
+
+class Progress(Protocol):
+    """How an experiment reports progress (a progress bar in the CLI, nothing in tests)."""
+
+    def track(
+        self, items: Iterable[T], total: int | None = None, description: str = ""
+    ) -> Iterator[T]:
+        """Iterate over ``items``, advancing a bar named ``description``."""
+        ...
+
+    def log(self, message: str) -> None:
+        """A one-line message for the user."""
+        ...
+
+
+class SilentProgress:
+    """A :class:`Progress` that shows nothing (tests, worker processes)."""
+
+    def track(
+        self, items: Iterable[T], total: int | None = None, description: str = ""
+    ) -> Iterator[T]:
+        yield from items
+
+    def log(self, message: str) -> None:
+        pass
+
+
+Config = Any
+RunFunction = Callable[[Config, Progress], Result]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment (see the module docstring)."""
+
+    name: str
+    seed_ref: str
+    description: str
+    data: str
+    run: RunFunction
+    presets: Mapping[str, Config]
+    claims: tuple[Claim, ...]
+    plot: Callable[[Result], dict[str, Any]] | None
+    aggregate: Callable[[list[Result]], Result]
+    module: str
+
+    @property
+    def config_type(self) -> type:
+        return type(self.presets["quick"])
+
+    def config(self, preset: str = "quick", overrides: Mapping[str, str] | None = None) -> Config:
+        """The preset's config with ``key=value`` string overrides parsed by field type."""
+        if preset not in self.presets:
+            raise ExperimentError(
+                f"experiment '{self.name}' has no preset {preset!r}; "
+                f"choose one of {sorted(self.presets)}"
+            )
+        return apply_overrides(self.presets[preset], overrides or {}, self.name)
+
+    def evaluate(self, result: Result) -> list[ClaimOutcome]:
+        return [claim.evaluate(result) for claim in self.claims]
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def experiment(
+    name: str,
+    *,
+    seed_ref: str,
+    description: str,
+    presets: Mapping[str, Config],
+    claims: Sequence[Claim] = (),
+    data: str = "synthetic (generated)",
+    plot: Callable[[Result], dict[str, Any]] | None = None,
+    aggregate: Callable[[list[Result]], Result] | None = None,
+) -> Callable[[RunFunction], RunFunction]:
+    """Register ``run(config, progress) -> Result`` as experiment ``name``.
+
+    ``presets`` must contain ``"quick"`` and ``"paper"``, instances of one frozen dataclass
+    with an int ``seed`` field.
+    """
+    missing = {"quick", "paper"} - set(presets)
+    if missing:
+        raise ExperimentError(f"experiment '{name}': presets {sorted(missing)} are missing")
+    config_type = type(presets["quick"])
+    if not (dataclasses.is_dataclass(config_type) and config_type.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise ExperimentError(f"experiment '{name}': presets must be frozen dataclass instances")
+    if "seed" not in {f.name for f in dataclasses.fields(config_type)}:
+        raise ExperimentError(f"experiment '{name}': the config needs an int `seed` field")
+
+    def register(run: RunFunction) -> RunFunction:
+        if name in _REGISTRY and _REGISTRY[name].module != run.__module__:
+            raise ExperimentError(
+                f"experiment '{name}' is already registered by {_REGISTRY[name].module}"
+            )
+        _REGISTRY[name] = Experiment(
+            name=name,
+            seed_ref=seed_ref,
+            description=description,
+            data=data,
+            run=run,
+            presets=dict(presets),
+            claims=tuple(claims),
+            plot=plot,
+            aggregate=aggregate or mean_over_seeds,
+            module=run.__module__,
+        )
+        return run
+
+    return register
+
+
+LIBRARY_MODULES = ("paramsym.experiments.dissertation",)
+"""Modules whose import registers the library's experiments (one module per seed)."""
+
+
+def _load_library_experiments() -> None:
+    for module in LIBRARY_MODULES:
+        importlib.import_module(module)
+
+
+def get(name: str) -> Experiment:
+    """The experiment called ``name``; an unknown name lists the known ones."""
+    _load_library_experiments()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ExperimentError(f"unknown experiment '{name}'; known experiments: {known}")
+    return _REGISTRY[name]
+
+
+def all_experiments(pattern: str | None = None) -> list[Experiment]:
+    """Every registered experiment (matching the shell-style ``pattern``), sorted by name."""
+    _load_library_experiments()
+    names = sorted(_REGISTRY)
+    if pattern:
+        names = [n for n in names if fnmatch.fnmatch(n, pattern)]
+    return [_REGISTRY[n] for n in names]
+
+
+# -- configs --------------------------------------------------------------------------------------
+
+
+def _parse(value: str, current: Any, key: str, experiment_name: str) -> Any:
+    """Parse ``value`` with the type of the field's current value."""
+    try:
+        if isinstance(current, bool):
+            lowered = value.strip().lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError("expected true or false")
+            return lowered in ("true", "1", "yes")
+        if isinstance(current, int):
+            return int(value)
+        if isinstance(current, float):
+            return float(value)
+        if isinstance(current, tuple):
+            parts = [p for p in value.strip("()[] ").split(",") if p.strip()]
+            element = current[0] if current else ""
+            return tuple(_parse(p.strip(), element, key, experiment_name) for p in parts)
+        if current is None or isinstance(current, str):
+            return None if value.lower() == "none" and current is None else value
+    except ValueError as error:
+        raise ExperimentError(
+            f"--set {key}={value}: cannot parse for '{experiment_name}' "
+            f"(expected {type(current).__name__}: {error})"
+        ) from None
+    raise ExperimentError(
+        f"--set {key}: field type {type(current).__name__} cannot be set from the command line"
+    )
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``["a=1", "b=x"]`` → ``{"a": "1", "b": "x"}``; a malformed item raises."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ExperimentError(f"--set {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def apply_overrides(config: Config, overrides: Mapping[str, str], experiment_name: str) -> Config:
+    """A copy of ``config`` with string overrides parsed by each field's type."""
+    fields = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ExperimentError(
+            f"--set {unknown[0]}: '{experiment_name}' has no such setting; "
+            f"settings: {', '.join(sorted(fields))}"
+        )
+    values = {k: _parse(v, getattr(config, k), k, experiment_name) for k, v in overrides.items()}
+    return dataclasses.replace(config, **values)
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The config as plain JSON data."""
+    return {k: _plain(v) for k, v in dataclasses.asdict(config).items()}
+
+
+def config_from_dict(experiment: Experiment, data: Mapping[str, Any]) -> Config:
+    """Rebuild a config (tuples restored from JSON lists)."""
+    defaults = experiment.presets["quick"]
+    values = {}
+    for f in dataclasses.fields(defaults):
+        if f.name in data:
+            value = data[f.name]
+            values[f.name] = tuple(value) if isinstance(getattr(defaults, f.name), tuple) else value
+    return dataclasses.replace(defaults, **values)
+
+
+def _plain(value: Any) -> Any:
+    """Numbers, strings, bools, None and lists/dicts of them; floats rounded to 6 digits."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if not math.isfinite(value) else float(f"{value:.6g}")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):  # numpy or torch scalar
+        return _plain(value.item())
+    return str(value)
+
+
+# -- aggregation ----------------------------------------------------------------------------------
+
+
+def mean_over_seeds(results: list[Result]) -> Result:
+    """Default aggregate: numeric metrics become their mean (with ``<name>_std`` and
+    ``<name>_per_seed``); other metrics and the series come from the first seed."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    metrics: dict[str, Any] = {}
+    for key, value in first.metrics.items():
+        values = [r.metrics.get(key) for r in results]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            numbers = [float(v) for v in values]  # type: ignore[arg-type]
+            metrics[key] = statistics.fmean(numbers)
+            metrics[f"{key}_std"] = statistics.stdev(numbers)
+            metrics[f"{key}_per_seed"] = numbers
+        else:
+            metrics[key] = value
+    notes = [
+        *first.notes,
+        f"metrics averaged over {len(results)} seeds; series from the first seed",
+    ]
+    return Result(metrics, first.series, notes)

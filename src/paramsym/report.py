@@ -1,0 +1,282 @@
+"""Writing what a run produced: metrics, series, figures, report.md, and the HTML index.
+
+Layout of one run directory::
+
+    RUN_DIR/config.json     what was run (experiment, preset, config, seeds, versions, machine)
+    RUN_DIR/members/        one JSON per finished (grid point, seed), for resuming
+    RUN_DIR/metrics.json    metrics and "claims": [{claim, source, expected, measured, holds}]
+    RUN_DIR/<table>.csv     the series behind each figure
+    RUN_DIR/<figure>.png    the figures, drawn with the seed's axes
+    RUN_DIR/report.md       all of the above for a reader
+
+``write_index(runs_root)`` writes ``runs_root/index.html``: the claims of the latest run of
+every experiment and its figures, a static page that opens from disk without a server. Every
+file is written atomically (a temporary file in the same directory, then a rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files; never open a window
+import matplotlib.pyplot as plt
+
+from paramsym.errors import ExperimentError
+from paramsym.experiments.registry import config_to_dict
+
+if TYPE_CHECKING:
+    from paramsym.experiments.registry import ClaimOutcome, Experiment, Result
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def save_figure(figure: Any, path: Path) -> None:
+    """Save a matplotlib figure as PNG atomically and close it."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _csv_text(table: Mapping[str, Sequence[Any]]) -> str:
+    columns = list(table)
+    lengths = {len(table[c]) for c in columns}
+    if len(lengths) > 1:
+        raise ExperimentError(
+            f"series columns have different lengths: { {c: len(table[c]) for c in columns} }"
+        )
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(columns)
+    writer.writerows(zip(*(table[c] for c in columns), strict=True))
+    return buffer.getvalue()
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        shown = ", ".join(_format(v) for v in value[:8])
+        return f"[{shown}{', …' if len(value) > 8 else ''}]"
+    return str(value)
+
+
+def write_run_outputs(
+    directory: Path,
+    experiment: Experiment,
+    config: Any,
+    preset: str,
+    result: Result,
+    outcomes: Sequence[ClaimOutcome],
+    seeds: Sequence[int],
+) -> None:
+    """Write metrics.json, the CSV series, figures and report.md of one run (or grid point)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, table in result.series.items():
+        atomic_write_text(directory / f"{name}.csv", _csv_text(table))
+    figures: list[str] = []
+    if experiment.plot is not None:
+        for filename, figure in experiment.plot(result).items():
+            save_figure(figure, directory / filename)
+            figures.append(filename)
+    metrics = {
+        "experiment": experiment.name,
+        "seed_ref": experiment.seed_ref,
+        "preset": preset,
+        "seeds": list(seeds),
+        "metrics": result.metrics,
+        "claims": [o.to_dict() for o in outcomes],
+        "figures": figures,
+        "series": sorted(result.series),
+        "notes": result.notes,
+    }
+    # metrics.json is written last: its presence marks a complete run.
+    atomic_write_text(
+        directory / "report.md",
+        _report_markdown(experiment, config, preset, result, outcomes, seeds, figures),
+    )
+    atomic_write_text(directory / "metrics.json", json.dumps(metrics, indent=2, default=str))
+
+
+def _report_markdown(
+    experiment: Experiment,
+    config: Any,
+    preset: str,
+    result: Result,
+    outcomes: Sequence[ClaimOutcome],
+    seeds: Sequence[int],
+    figures: Sequence[str],
+) -> str:
+    lines = [
+        f"# {experiment.name}",
+        "",
+        f"{experiment.description}",
+        "",
+        f"Reproduces **{experiment.seed_ref}**; preset `{preset}`; seeds {list(seeds)}.",
+        "",
+        "## Claims",
+        "",
+        "| claim | source | expected | measured | holds |",
+        "|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        lines.append(
+            f"| {o.claim} | {o.source} | {o.expected} | {_format(o.measured)} "
+            f"| {'yes' if o.holds else '**no**'} |"
+        )
+    if not outcomes:
+        lines.append("| (no claims) | | | | |")
+    lines += ["", "## Figures", ""]
+    lines += [f"![{name}]({name})" for name in figures] or ["(none)"]
+    lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {_format(v)} |" for k, v in result.metrics.items()]
+    lines += [
+        "",
+        "## Configuration",
+        "",
+        "```json",
+        json.dumps(config_to_dict(config), indent=2),
+        "```",
+    ]
+    if result.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_sweep_summary(
+    directory: Path, experiment: Experiment, point_directories: Sequence[Path]
+) -> None:
+    """``report.md`` of a grid sweep: one row per grid point with its claims."""
+    lines = [
+        f"# {experiment.name}: grid sweep",
+        "",
+        "| grid point | claims holding | report |",
+        "|---|---|---|",
+    ]
+    for point in point_directories:
+        metrics = json.loads((point / "metrics.json").read_text())
+        holding = sum(c["holds"] for c in metrics["claims"])
+        lines.append(
+            f"| {point.name} | {holding} / {len(metrics['claims'])} "
+            f"| [report]({point.name}/report.md) |"
+        )
+    atomic_write_text(directory / "report.md", "\n".join(lines) + "\n")
+
+
+# -- the index page ----------------------------------------------------------------------------
+
+
+def completed_runs(runs_root: Path) -> list[Path]:
+    """The latest complete run directory (one with metrics.json) of every experiment."""
+    latest: list[Path] = []
+    if not runs_root.is_dir():
+        return latest
+    for experiment_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
+        runs = sorted(p for p in experiment_dir.iterdir() if (p / "metrics.json").exists())
+        if runs:
+            latest.append(runs[-1])
+    return latest
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; width: 100%; margin: 1em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ccc; padding: 0.35em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } .yes { color: #137333; font-weight: 600; }
+.no { color: #b3261e; font-weight: 600; } .skip { color: #666; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+.meta { color: #555; font-size: 0.9em; }
+"""
+
+
+def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Path:
+    """Write ``runs_root/index.html`` from the latest complete run of each experiment.
+
+    ``skipped`` maps experiment names to why they did not run (e.g. missing data files).
+    """
+    runs = completed_runs(runs_root)
+    rows: list[str] = []
+    sections: list[str] = []
+    total = holding = 0
+    for run in runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        name = html.escape(metrics["experiment"])
+        relative = run.relative_to(runs_root).as_posix()
+        for claim in metrics["claims"]:
+            total += 1
+            holding += bool(claim["holds"])
+            verdict = (
+                '<span class="yes">holds</span>'
+                if claim["holds"]
+                else '<span class="no">does not hold</span>'
+            )
+            rows.append(
+                "<tr>"
+                f'<td><a href="#{name}">{name}</a></td>'
+                f"<td>{html.escape(claim['claim'])}</td>"
+                f"<td>{html.escape(claim['source'])}</td>"
+                f"<td>{html.escape(str(claim['expected']))}</td>"
+                f"<td>{html.escape(_format(claim['measured']))}</td>"
+                f"<td>{verdict}</td></tr>"
+            )
+        figures = "".join(
+            f'<img src="{html.escape(relative)}/{html.escape(f)}" alt="{html.escape(f)}">'
+            for f in metrics["figures"]
+        )
+        sections.append(
+            f'<h2 id="{name}">{name}</h2>'
+            f'<p class="meta">{html.escape(metrics["seed_ref"])} · '
+            f"preset {html.escape(metrics['preset'])} · "
+            f"seeds {html.escape(str(metrics['seeds']))} · "
+            f'<a href="{html.escape(relative)}/report.md">report.md</a></p>'
+            f"{figures}"
+        )
+    for name, reason in sorted((skipped or {}).items()):
+        rows.append(
+            f'<tr><td>{html.escape(name)}</td><td colspan="4" class="skip">not run: '
+            f'{html.escape(reason)}</td><td class="skip">—</td></tr>'
+        )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        "<title>paramsym: reproduced claims</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        "<h1>paramsym — reproduced claims</h1>"
+        f"<p class='meta'>{holding} of {total} claims hold in {len(runs)} experiments.</p>"
+        "<table><tr><th>experiment</th><th>claim</th><th>source</th><th>expected</th>"
+        "<th>measured</th><th>verdict</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + "".join(sections)
+        + "</body></html>"
+    )
+    path = runs_root / "index.html"
+    atomic_write_text(path, page)
+    return path

@@ -1,0 +1,277 @@
+"""The experiment registry, runs and sweeps, outputs, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import experiments_for_tests  # noqa: F401  (registers "test-counter")
+from paramsym.cli import main
+from paramsym.errors import ExperimentError
+from paramsym.experiments import registry
+from paramsym.experiments.registry import Result, mean_over_seeds
+from paramsym.report import atomic_write_text, write_index
+from paramsym.sweep import rebuild_reports, run_experiment
+
+# -- registry and configs ----------------------------------------------------------------------
+
+
+def test_library_experiments_are_registered_with_presets_and_claims():
+    names = [e.name for e in registry.all_experiments()]
+    assert {"symmetry-catalogue", "flat-minimum"} <= set(names)
+    for name in ("symmetry-catalogue", "flat-minimum"):
+        experiment = registry.get(name)
+        assert set(experiment.presets) >= {"quick", "paper"}
+        assert experiment.claims
+        assert experiment.seed_ref.startswith("seed 001")
+
+
+def test_unknown_experiment_lists_the_known_ones():
+    with pytest.raises(ExperimentError, match=r"unknown experiment 'nope'.*flat-minimum"):
+        registry.get("nope")
+
+
+def test_overrides_are_parsed_by_field_type():
+    experiment = registry.get("flat-minimum")
+    config = experiment.config(
+        "quick", {"hidden": "7", "learning_rate": "0.1", "init_scales": "((1, 2), (3, 4))"}
+    )
+    assert config.hidden == 7
+    assert config.learning_rate == 0.1
+    counter = registry.get("test-counter").config("quick", {"log": "/tmp/x", "offset": "2.5"})
+    assert (counter.log, counter.offset) == ("/tmp/x", 2.5)
+    with pytest.raises(ExperimentError, match="cannot parse"):
+        experiment.config("quick", {"hidden": "seven"})
+    with pytest.raises(ExperimentError, match=r"no such setting.*hidden"):
+        experiment.config("quick", {"hiden": "7"})
+    with pytest.raises(ExperimentError, match="no preset"):
+        experiment.config("huge")
+    with pytest.raises(ExperimentError, match="expected key=value"):
+        registry.parse_assignments(["hidden"])
+
+
+def test_mean_over_seeds():
+    merged = mean_over_seeds([Result({"a": 1.0, "b": "x"}), Result({"a": 3.0, "b": "y"})])
+    assert merged.metrics["a"] == 2.0
+    assert merged.metrics["a_per_seed"] == [1.0, 3.0]
+    assert merged.metrics["b"] == "x"
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+def test_run_writes_every_output(tmp_path):
+    experiment = registry.get("test-counter")
+    outcome = run_experiment(
+        experiment, experiment.config("quick"), tmp_path / "run", seeds=3, workers=1
+    )
+    run = tmp_path / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["metrics"]["value"] == 1.0  # mean of seeds 0, 1, 2
+    assert metrics["metrics"]["value_per_seed"] == [0.0, 1.0, 2.0]
+    assert [c["holds"] for c in metrics["claims"]] == [True, True]
+    assert set(metrics["claims"][0]) == {"claim", "source", "expected", "measured", "holds"}
+    for name in ("config.json", "values.csv", "values.png", "report.md"):
+        assert (run / name).exists(), name
+    assert (run / "values.csv").read_text().splitlines()[0] == "x,y"
+    assert "| value is seed + offset | test |" in (run / "report.md").read_text()
+    assert outcome.members_run == 3
+    assert not list(run.rglob("*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_sweep_resumes_after_a_killed_worker(tmp_path):
+    """A worker dying mid-sweep loses no finished member; the rerun runs only the rest."""
+    experiment = registry.get("test-counter")
+    log, kill, run = tmp_path / "log.txt", tmp_path / "kill", tmp_path / "run"
+    kill.touch()
+    config = experiment.config("quick", {"log": str(log), "kill_file": str(kill)})
+    with pytest.raises(ExperimentError, match="failed"):
+        run_experiment(experiment, config, run, seeds=6, workers=2)
+    kept = {p.name for p in (run / "members").glob("*.json")}
+    assert kept  # members finished before the crash are on disk
+    assert "seed=3.json" not in kept
+    assert not (run / "metrics.json").exists()
+    ran_first = log.read_text().split()
+
+    kill.unlink()  # the "machine" is healthy again; same command, same config
+    outcome = run_experiment(experiment, config, run, seeds=6, workers=2)
+    ran_second = log.read_text().split()[len(ran_first) :]
+    assert outcome.members_run == 6 - len(kept)
+    assert sorted(ran_second) == sorted({str(s) for s in range(6)} - {n[5:-5] for n in kept})
+    assert json.loads((run / "metrics.json").read_text())["metrics"]["value"] == 2.5
+
+
+def test_resume_completes_in_a_later_run(tmp_path):
+    experiment = registry.get("test-counter")
+    log = tmp_path / "log.txt"
+    run = tmp_path / "run"
+    config = experiment.config("quick", {"log": str(log)})
+    run_experiment(experiment, config, run, seeds=2, workers=1)
+    assert sorted(log.read_text().split()) == ["0", "1"]
+    run_experiment(experiment, config, run, seeds=4, workers=1)  # more seeds: only the new ones run
+    assert sorted(log.read_text().split()) == ["0", "1", "2", "3"]
+    other = experiment.config("quick", {"log": str(log), "offset": "5"})
+    with pytest.raises(ExperimentError, match="different config"):
+        run_experiment(experiment, other, run, seeds=1)
+
+
+def test_grid_sweep_writes_one_report_per_point(tmp_path):
+    experiment = registry.get("test-counter")
+    run = tmp_path / "grid"
+    run_experiment(
+        experiment, experiment.config("quick"), run, seeds=2, grid={"offset": ["0", "3"]}, workers=1
+    )
+    for point, holds in (("offset=0", True), ("offset=3", False)):
+        metrics = json.loads((run / point / "metrics.json").read_text())
+        assert metrics["claims"][1]["holds"] is holds
+    assert "offset=3" in (run / "report.md").read_text()
+    rebuilt = rebuild_reports(run)
+    assert rebuilt.grid_points == ["offset=0", "offset=3"]
+
+
+def test_ray_backend_matches_local(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'paramsym[ray]')")
+    experiment = registry.get("symmetry-catalogue")
+    config = experiment.config("quick", {"width": "3", "batch": "4"})
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as error:  # pragma: no cover - depends on the machine
+        pytest.skip(f"Ray cannot start a local instance on this machine: {error}")
+    try:
+        run_experiment(experiment, config, tmp_path / "ray", seeds=2, backend="ray")
+    finally:
+        ray.shutdown()
+    run_experiment(experiment, config, tmp_path / "local", seeds=2, workers=1)
+    on_ray = json.loads((tmp_path / "ray" / "metrics.json").read_text())["metrics"]
+    locally = json.loads((tmp_path / "local" / "metrics.json").read_text())["metrics"]
+    assert on_ray.keys() == locally.keys()
+    for key, value in locally.items():
+        # Ray workers use other thread counts, so BLAS sums in another order: floats agree to
+        # rounding, not bit for bit; counts agree exactly.
+        if isinstance(value, (list, float)):
+            assert on_ray[key] == pytest.approx(value, rel=1e-8, abs=1e-300), key
+        else:
+            assert on_ray[key] == value, key
+
+
+def test_index_page_lists_claims_and_figures(tmp_path):
+    experiment = registry.get("test-counter")
+    run_experiment(
+        experiment, experiment.config("quick"), tmp_path / "test-counter" / "20260101-000000"
+    )
+    page = write_index(
+        tmp_path, skipped={"mnist-thing": "needs train-images-idx3-ubyte"}
+    ).read_text()
+    assert "value is seed + offset" in page
+    assert 'src="test-counter/20260101-000000/values.png"' in page
+    assert "needs train-images-idx3-ubyte" in page
+    assert "2 of 2 claims hold" in page
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "a.txt"
+    atomic_write_text(target, "old")
+
+    class Boom(str):
+        def encode(self, *args, **kwargs):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        atomic_write_text(target, Boom("new"))
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_cli_list_run_report(tmp_path):
+    listing = invoke("list")
+    assert listing.exit_code == 0
+    assert "flat-minimum" in listing.output
+    assert "symmetry-catalogue" in listing.output
+    out = tmp_path / "catalogue"
+    run = invoke(
+        "run", "symmetry-catalogue", "--set", "width=3", "--set", "batch=4", "--out", str(out)
+    )
+    assert run.exit_code == 0, run.output
+    assert (out / "catalogue.png").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all(c["holds"] for c in metrics["claims"])
+    (out / "report.md").unlink()
+    report = invoke("report", str(out))
+    assert report.exit_code == 0
+    assert (out / "report.md").exists()
+
+
+def test_cli_reproduce_writes_an_index(tmp_path):
+    result = invoke("reproduce", "--only", "test-*", "--runs-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "index.html").read_text()
+    assert "test-counter" in page
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("run", "no-such-experiment"), "unknown experiment 'no-such-experiment'"),
+        (("run", "test-counter", "--set", "offset"), "expected key=value"),
+        (("run", "test-counter", "--set", "offset=abc"), "cannot parse"),
+        (("run", "test-counter", "--set", "nothing=1"), "no such setting"),
+        (("reproduce", "--only", "zzz*"), "no experiment matches"),
+    ],
+)
+def test_cli_bad_input_is_a_one_line_error(args, message):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ")
+    assert message in lines[0]
+
+
+def test_cli_unwritable_out_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = CliRunner().invoke(main, ["run", "test-counter", "--out", str(blocker / "run")])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("Error: cannot write the run to")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_reproduce_skips_experiments_whose_data_is_missing(tmp_path, monkeypatch):
+    from paramsym.errors import MissingDataError
+
+    experiment = registry.get("test-counter")
+
+    def missing(config, progress):
+        raise MissingDataError("mnist: expected train-images-idx3-ubyte[.gz] in /nowhere")
+
+    monkeypatch.setitem(
+        registry._REGISTRY,
+        "test-counter",
+        experiment.__class__(**{**experiment.__dict__, "run": missing}),
+    )
+    result = invoke("reproduce", "--only", "test-counter", "--runs-dir", str(tmp_path))
+    assert result.exit_code == 0
+    assert "skipped" in result.output
+    assert "train-images-idx3-ubyte" in (tmp_path / "index.html").read_text()
+
+
+def test_make_demo_reproduces_every_library_experiment(tmp_path, monkeypatch):
+    """`make demo` runs `paramsym reproduce --preset quick`: every quick-preset claim holds."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["reproduce", "--preset", "quick", "--only", "[!t]*"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "runs" / "index.html").read_text()
+    for name in ("symmetry-catalogue", "flat-minimum"):
+        assert f'id="{name}"' in page
+    assert "does not hold" not in page
+    assert ".png" in page
