@@ -50,13 +50,13 @@ class Member:
     config: dict[str, Any]
 
 
-def run_member(member: Member) -> dict[str, Any]:
+def run_member(member: Member, progress: Progress | None = None) -> dict[str, Any]:
     """Run one member (in this process, a worker process, or a Ray task)."""
     importlib.import_module(member.module)  # registers the experiment in a fresh process
     experiment = registry.get(member.experiment)
     config = registry.config_from_dict(experiment, member.config)
     start = time.perf_counter()
-    result = experiment.run(config, SilentProgress())
+    result = experiment.run(config, progress or SilentProgress())
     return {"result": result.to_dict(), "seconds": time.perf_counter() - start}
 
 
@@ -128,7 +128,7 @@ def execute(
     elif len(pending) <= 1 or workers == 1:
         for member in pending:
             try:
-                outcome: dict[str, Any] | Exception = _run_in_process(member, progress)
+                outcome: dict[str, Any] | Exception = run_member(member, progress)
             except Exception as error:
                 outcome = error
             finish(member, outcome)
@@ -141,14 +141,6 @@ def execute(
             "finished runs are saved, rerun the same command to retry only the failed ones"
         )
     return [m.key for m in pending]
-
-
-def _run_in_process(member: Member, progress: Progress) -> dict[str, Any]:
-    experiment = registry.get(member.experiment)
-    config = registry.config_from_dict(experiment, member.config)
-    start = time.perf_counter()
-    result = experiment.run(config, progress)
-    return {"result": result.to_dict(), "seconds": time.perf_counter() - start}
 
 
 def _execute_local_pool(
