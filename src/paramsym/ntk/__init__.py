@@ -1,0 +1,46 @@
+"""Empirical NTK, kernel and loss alignment, functional dimension and linear regions."""
+
+from paramsym.ntk.alignment import kernel_alignment, loss_alignment
+from paramsym.ntk.dimension import (
+    FunctionalDimension,
+    RankResolutionWarning,
+    functional_dimension,
+    parameter_jacobian,
+)
+from paramsym.ntk.kernel import (
+    DEFAULT_MEMORY_BUDGET,
+    StructuredFallbackWarning,
+    choose_method,
+    kernel_matrix,
+    ntk,
+)
+from paramsym.ntk.regions import (
+    FDBounds,
+    LinearRegions,
+    fd_bounds,
+    linear_regions,
+    null_directions,
+    preactivations,
+)
+from paramsym.ntk.tracking import NTKTracker
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "FDBounds",
+    "FunctionalDimension",
+    "LinearRegions",
+    "NTKTracker",
+    "RankResolutionWarning",
+    "StructuredFallbackWarning",
+    "choose_method",
+    "fd_bounds",
+    "functional_dimension",
+    "kernel_alignment",
+    "kernel_matrix",
+    "linear_regions",
+    "loss_alignment",
+    "ntk",
+    "null_directions",
+    "parameter_jacobian",
+    "preactivations",
+]
