@@ -271,7 +271,14 @@ def test_make_demo_reproduces_every_library_experiment(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["reproduce", "--preset", "quick", "--only", "[!t]*"])
     assert result.exit_code == 0, result.output
     page = (tmp_path / "runs" / "index.html").read_text()
-    for name in ("symmetry-catalogue", "flat-minimum"):
+    for name in (
+        "symmetry-catalogue",
+        "flat-minimum",
+        "ntk-alignment-speed",
+        "fd-univariate",
+        "fd-bivariate",
+        "fd-weight-decay",
+    ):
         assert f'id="{name}"' in page
     assert "does not hold" not in page
     assert ".png" in page

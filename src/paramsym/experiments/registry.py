@@ -213,7 +213,11 @@ def experiment(
     return register
 
 
-LIBRARY_MODULES = ("paramsym.experiments.dissertation",)
+LIBRARY_MODULES = (
+    "paramsym.experiments.dissertation",
+    "paramsym.experiments.ntk_alignment",
+    "paramsym.experiments.functional_dimension",
+)
 """Modules whose import registers the library's experiments (one module per seed)."""
 
 
