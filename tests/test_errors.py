@@ -110,6 +110,18 @@ def test_nan_parameters(relu_net):
     check(error, ValueError, "'0.bias'")
 
 
+def test_finite_check_is_exact_when_the_sum_overflows():
+    from paramsym.core.params import check_finite
+
+    huge = torch.full((4,), 3e38)  # finite entries whose float32 sum is inf
+    check_finite({"w": huge}, "test")
+    for bad in (math.inf, -math.inf, math.nan):
+        with pytest.raises(ps.NonFiniteError, match="1 NaN or infinite"):
+            check_finite({"w": torch.cat([huge, torch.tensor([bad])])}, "test")
+    with pytest.raises(ps.NonFiniteError, match="2 NaN or infinite"):
+        check_finite({"w": torch.tensor([math.inf, -math.inf, 1.0])}, "test")  # sum is NaN
+
+
 def test_missing_parameter_and_wrong_parameter_shape(relu_net):
     rescaling = ps.symmetries(relu_net)[0]
     theta = ps.params_of(relu_net)

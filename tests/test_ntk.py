@@ -129,7 +129,17 @@ def test_tiles_and_memory_budget_give_the_same_kernel():
     for method in METHODS:
         tiled = ps.ntk(model, x, method=method, memory_budget=20_000)  # forces many small tiles
         assert close(tiled, whole)
-    assert ps.nn is not None
+
+
+@pytest.mark.parametrize("n", [60, 110])  # 600 and 1100 Gram rows: one and two levels of blocks
+def test_symmetric_gram_blocks_match_the_dense_kernel(n):
+    """With x2 = x1 the structured path multiplies only the Gram blocks on and above the
+    diagonal (kernel._gram) once O·n reaches its block size; the mirrored result is exact."""
+    model = ps.mlp([3, 8, 10], "tanh", seed=1).double()
+    x = torch.randn(n, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    reference = dense_kernel(model, x, x)
+    for mode in MODES:
+        assert close(ps.ntk(model, x, mode=mode, method="structured"), reduce(reference, mode))
 
 
 def test_auto_method_rule():

@@ -144,7 +144,13 @@ def check_finite(tensors: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]], w
     """Raise :class:`NonFiniteError` naming the first tensor that has NaN or inf entries."""
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
     for name, t in items:
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if not t.is_floating_point():
+            continue
+        with torch.no_grad():
+            if bool(torch.isfinite(t.sum())):
+                continue  # a NaN or inf entry makes the sum NaN or inf: one cheap pass
+            if bool(torch.isfinite(t).all()):
+                continue  # the sum overflowed, every entry is finite
             bad = int((~torch.isfinite(t)).sum())
             raise NonFiniteError(
                 f"{what}: parameter '{name}' has {bad} NaN or infinite entries; "
