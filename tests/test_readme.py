@@ -16,7 +16,7 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, data_dependent = run_blocks(capsys)
+    ten_lines, data_dependent, ntk = run_blocks(capsys)
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]
     assert ten_lines[1] == "True"
@@ -25,3 +25,6 @@ def test_readme_examples(capsys):
     exact, rank, change = data_dependent[0].split()
     assert (exact, rank) == ("False", "16")
     assert float(change) > 0
+    assert ntk[0] == "torch.Size([100, 100]) 16 max(m·O, P)·eps·σ_max"
+    assert ntk[1] == "True 8"
+    assert 0 < float(ntk[2]) < 1

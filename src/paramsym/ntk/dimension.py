@@ -8,9 +8,10 @@ functional dimension (Grigsby et al. 2022) and equals rank(K) for K = J Jᵀ.
 Precision (notes 004 §5, checked again here): seed 004 computes the rank of J in float32 with
 ``torch.linalg.matrix_rank``'s rule ``max(m·O, P) · eps · σ_max``; ``dtype=torch.float32``
 reproduces that. The rank must come from J, or from the Gram matrix with a consistent
-threshold. ``matrix_rank(K)`` in float32 with its default rule *undercounts* (e.g. 17 instead
-of 27), and squaring the J tolerance does not rescue the Gram path in float64 either: K's
-rounding noise is ~N·eps·λ_max, far above (tol)², so noise is counted (64 instead of 28).
+threshold. ``matrix_rank(K)`` in float32 with its default rule *undercounts* (17 where rank(J) is 23
+on a (1,10,10,10,10|1) ReLU net and 60 points), and squaring the J tolerance does not rescue
+the Gram path in float64 either: K's rounding noise is ~N·eps·λ_max, far above (tol)², so
+noise is counted (42 instead of 24).
 The Gram path (an N × N Gram matrix, N = min(m·O, P)) therefore uses the threshold
 ``max(tol², N·eps·λ_max)`` on eigenvalues, reports when that is coarser than the requested
 tolerance, and marks the result approximate.
