@@ -12,7 +12,7 @@ from torch import nn
 
 import paramsym as ps
 from helpers import randomize_
-from paramsym.ntk import (
+from paramsym.tangent_kernel import (
     NTKTracker,
     StructuredFallbackWarning,
     kernel_matrix,
@@ -143,7 +143,7 @@ def test_symmetric_gram_blocks_match_the_dense_kernel(n):
 
 
 def test_auto_method_rule():
-    from paramsym.ntk import choose_method
+    from paramsym.tangent_kernel import choose_method
 
     mlp = ps.mlp([3, 8, 2])
     assert choose_method(mlp, ps.params_of(mlp), 2) == "structured"

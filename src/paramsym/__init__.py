@@ -51,15 +51,6 @@ from paramsym.errors import (
     UnsupportedModuleError,
 )
 from paramsym.nn import NTKLinear, mlp
-from paramsym.ntk import (
-    NTKTracker,
-    fd_bounds,
-    functional_dimension,
-    kernel_alignment,
-    linear_regions,
-    loss_alignment,
-    ntk,
-)
 from paramsym.symmetry import (
     HiddenGL,
     HiddenOrthogonal,
@@ -75,6 +66,24 @@ from paramsym.symmetry import (
     Symmetry,
     register_block,
     symmetries,
+)
+from paramsym.tangent_kernel import (
+    NTKTracker,
+    fd_bounds,
+    functional_dimension,
+    kernel_alignment,
+    linear_regions,
+    loss_alignment,
+    ntk,
+)
+from paramsym.teleportation import (
+    ScaledModel,
+    Schedule,
+    TeleportConfig,
+    Teleporter,
+    TeleportResult,
+    level_set_teleport,
+    teleport,
 )
 
 __version__ = "0.1.0"
@@ -102,11 +111,16 @@ __all__ = [
     "PositiveScaling",
     "ProductSymmetry",
     "PseudoInverseGL",
+    "ScaledModel",
+    "Schedule",
     "ShapeError",
     "SignFlip",
     "Slot",
     "SoftmaxTranslation",
     "Symmetry",
+    "TeleportConfig",
+    "TeleportResult",
+    "Teleporter",
     "TraceEstimate",
     "UnanalysedModuleWarning",
     "UnsupportedModuleError",
@@ -123,6 +137,7 @@ __all__ = [
     "inner",
     "kernel_alignment",
     "landscapes",
+    "level_set_teleport",
     "linear_regions",
     "loss_alignment",
     "mlp",
@@ -136,6 +151,7 @@ __all__ = [
     "sub",
     "symmetries",
     "tangent_matrix",
+    "teleport",
     "top_eigenvalues",
     "unflatten",
     "zeros_like",

@@ -10,9 +10,9 @@ from paramsym.nn.activations import (
     get_activation,
 )
 from paramsym.nn.attention import MultiHeadAttention, TinyTransformer, TransformerBlock
+from paramsym.nn.builders import mlp
 from paramsym.nn.layers import NTKLinear
 from paramsym.nn.lowrank import LoRALinear
-from paramsym.nn.mlp import mlp
 from paramsym.nn.rbf import RBFNetwork
 
 __all__ = [

@@ -201,7 +201,7 @@ def _checked_inverse(g: Tensor, name: str) -> Tensor:
     tol = h * torch.finfo(g.dtype).eps ** 0.5
     if int(info) != 0 or not bool(torch.isfinite(inv).all()):
         raise InvalidGroupElementError(f"{name}: the group element is singular (not in GL({h}))")
-    residual = (g @ inv - torch.eye(h, dtype=g.dtype, device=g.device)).abs().max()
+    residual = (g @ inv - torch.eye(h, dtype=g.dtype, device=g.device)).abs().max().detach()
     if float(residual) > tol:
         raise InvalidGroupElementError(
             f"{name}: the group element is numerically singular (‖g g⁻¹ − I‖_max = "

@@ -148,7 +148,7 @@ def householder_frame(z: Tensor) -> Tensor:
     first = torch.where(v[0] > 0, -tail / (1 + v[0]), v[0] - 1)
     u = torch.cat([first.reshape(1), v[1:]])
     norm2 = (u**2).sum()
-    if float(norm2) <= torch.finfo(z.dtype).tiny:
+    if float(norm2.detach()) <= torch.finfo(z.dtype).tiny:
         return radius * eye
     return radius * (eye - 2.0 * torch.outer(u, u) / norm2)
 
@@ -306,7 +306,10 @@ class NonlinearGL(DataDependentGL):
     ) -> tuple[Params, Tensor, Tensor]:
         z = self._preactivation(params, x)[0]
         a, b = self.pair.activation(z), self.pair.activation(g @ z)
-        if float(torch.linalg.vector_norm(a)) == 0.0 or float(torch.linalg.vector_norm(b)) == 0.0:
+        if (
+            float(torch.linalg.vector_norm(a.detach())) == 0.0
+            or float(torch.linalg.vector_norm(b.detach())) == 0.0
+        ):
             raise InvalidArgumentError(
                 f"{self.name}: σ(Vx + b) or σ(g(Vx + b)) is zero at this input, where the "
                 "nonlinear action is undefined (it needs σ nonzero off zero and Vx + b ≠ 0)"

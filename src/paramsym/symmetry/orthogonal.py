@@ -34,7 +34,7 @@ class OrthogonalGroup(MatrixGroup):
         if not bool(torch.isfinite(g).all()):
             raise InvalidGroupElementError(f"{self.name}: the group element has NaN or inf entries")
         eye = torch.eye(self.width, dtype=g.dtype, device=g.device)
-        error = float((g.T @ g - eye).abs().max())
+        error = float((g.T @ g - eye).abs().max().detach())
         tol = self.width * torch.finfo(g.dtype).eps ** 0.5
         if error > tol:
             raise InvalidGroupElementError(

@@ -1,20 +1,20 @@
 """Empirical NTK, kernel and loss alignment, functional dimension and linear regions."""
 
-from paramsym.ntk.alignment import kernel_alignment, loss_alignment
-from paramsym.ntk.dimension import (
+from paramsym.tangent_kernel.alignment import kernel_alignment, loss_alignment
+from paramsym.tangent_kernel.dimension import (
     FunctionalDimension,
     RankResolutionWarning,
     functional_dimension,
     parameter_jacobian,
 )
-from paramsym.ntk.kernel import (
+from paramsym.tangent_kernel.kernel import (
     DEFAULT_MEMORY_BUDGET,
     StructuredFallbackWarning,
     choose_method,
     kernel_matrix,
     ntk,
 )
-from paramsym.ntk.regions import (
+from paramsym.tangent_kernel.regions import (
     FDBounds,
     LinearRegions,
     fd_bounds,
@@ -22,7 +22,7 @@ from paramsym.ntk.regions import (
     null_directions,
     preactivations,
 )
-from paramsym.ntk.tracking import NTKTracker
+from paramsym.tangent_kernel.tracking import NTKTracker
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from paramsym.core.params import check_finite, functional_call, resolve_params
 from paramsym.errors import InvalidArgumentError, ShapeError
-from paramsym.ntk.kernel import kernel_matrix
+from paramsym.tangent_kernel.kernel import kernel_matrix
 
 
 def _as_gram(kernel: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:

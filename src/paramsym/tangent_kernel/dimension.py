@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from paramsym.core.params import check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ParamsymWarning
-from paramsym.ntk.kernel import DEFAULT_MEMORY_BUDGET, kernel_matrix, ntk
+from paramsym.tangent_kernel.kernel import DEFAULT_MEMORY_BUDGET, kernel_matrix, ntk
 
 RankMethod = Literal["auto", "svd", "gram"]
 

@@ -9,10 +9,10 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.errors import InvalidArgumentError
-from paramsym.ntk.alignment import loss_alignment
-from paramsym.ntk.dimension import functional_dimension
-from paramsym.ntk.kernel import kernel_matrix, ntk
-from paramsym.ntk.regions import linear_regions
+from paramsym.tangent_kernel.alignment import loss_alignment
+from paramsym.tangent_kernel.dimension import functional_dimension
+from paramsym.tangent_kernel.kernel import kernel_matrix, ntk
+from paramsym.tangent_kernel.regions import linear_regions
 
 
 class NTKTracker:
@@ -34,7 +34,7 @@ class NTKTracker:
         every: record at epochs divisible by ``every``.
         loss_fn, targets: for the loss alignment A (seed 000 Eq. 28), optional.
         eigenvalues: how many top eigenvalues of the (m·O) × (m·O) Gram matrix to keep.
-        dtype, tol: for :func:`~paramsym.ntk.functional_dimension`.
+        dtype, tol: for :func:`~paramsym.tangent_kernel.functional_dimension`.
     """
 
     def __init__(
