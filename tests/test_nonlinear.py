@@ -359,3 +359,25 @@ def test_data_dependent_actions_need_the_model_input():
     found = ps.symmetries(Net(), data_dependent=True)
     assert not any(s.data_dependent for s in found)
     assert math.isfinite(len(found))
+
+
+@given(
+    st.sampled_from(["pinv_GL", "inverse_GL"]),
+    st.sampled_from(INVERTIBLE),
+    st.sampled_from(["0->2", "2->4"]),
+    st.integers(1, 9),
+    st.booleans(),
+    st.integers(0, 10_000),
+)
+def test_closed_form_tangents_match_the_jvp_of_the_action(
+    family, activation, layer, k, bias, seed
+):
+    """The closed-form tangents (pseudo-inverse derivative at constant rank) equal forward-mode
+    autodiff through the action, for batches smaller, equal to and larger than the width."""
+    model = network(activation, [3, 5, 4, 2], seed, bias=bias)
+    s = find(model, family, layer)
+    theta = ps.params_of(model)
+    x = inputs(k, 3, seed)
+    xi = torch.randn(s.dim, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    closed, oracle = s.tangent(theta, xi, x), s.jvp_tangent(theta, xi, x)
+    assert params_relative_error(closed, oracle) <= 1e-9
