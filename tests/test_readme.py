@@ -16,7 +16,7 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, data_dependent, ntk = run_blocks(capsys)
+    ten_lines, data_dependent, ntk, teleport = run_blocks(capsys)
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]
     assert ten_lines[1] == "True"
@@ -28,3 +28,8 @@ def test_readme_examples(capsys):
     assert ntk[0] == "torch.Size([100, 100]) 16 max(m·O, P)·eps·σ_max"
     assert ntk[1] == "True 8"
     assert 0 < float(ntk[2]) < 1
+    names, gain, guarded = teleport[0].rsplit(" ", 2)
+    assert names == "['rescaling[0->2]', 'rescaling[2->4]']"
+    assert float(gain) > 1.05
+    assert guarded == "True"
+    assert teleport[1] == "[0, 50]"
