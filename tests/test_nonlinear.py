@@ -369,9 +369,7 @@ def test_data_dependent_actions_need_the_model_input():
     st.booleans(),
     st.integers(0, 10_000),
 )
-def test_closed_form_tangents_match_the_jvp_of_the_action(
-    family, activation, layer, k, bias, seed
-):
+def test_closed_form_tangents_match_the_jvp_of_the_action(family, activation, layer, k, bias, seed):
     """The closed-form tangents (pseudo-inverse derivative at constant rank) equal forward-mode
     autodiff through the action, for batches smaller, equal to and larger than the width."""
     model = network(activation, [3, 5, 4, 2], seed, bias=bias)

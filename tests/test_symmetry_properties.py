@@ -181,6 +181,25 @@ def test_closed_form_tangent_matches_autodiff(case):
             assert float(ps.norm(closed)) == 0.0
 
 
+def _element_error(a, b) -> float:
+    if isinstance(a, tuple):
+        return max(_element_error(p, q) for p, q in zip(a, b, strict=True))
+    return relative_error(a, b)
+
+
+@given(cases())
+def test_linear_element_is_the_identity_plus_the_derivative_of_exp(case):
+    """The closed-form ``e + ξ`` (seed 001's I + T) equals e + d/dt exp(tξ)|₀ by jvp."""
+    for s in case.symmetries:
+        if s.dim == 0:
+            continue
+        xi = torch.randn(
+            s.dim, generator=torch.Generator().manual_seed(case.seed), dtype=torch.float64
+        )
+        oracle = Symmetry.linear_element(s, xi)
+        assert _element_error(s.linear_element(xi), oracle) <= 1e-14, s.name
+
+
 @given(cases())
 def test_noether_orthogonality(case):
     """⟨∇L(θ), M·θ⟩ = 0 for every algebra element M (Prop. 2.3.9 / A.2.11)."""

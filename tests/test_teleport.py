@@ -726,3 +726,18 @@ def test_teleporter_bad_input():
     )
     with pytest.raises(ps.InvalidArgumentError, match="'trace'"):
         tele.maybe_teleport(1)
+
+
+def _max_element_error(a, b) -> float:
+    if isinstance(a, tuple):
+        return max(_max_element_error(p, q) for p, q in zip(a, b, strict=True))
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_first_order_elements_match_the_derivative_of_exp(family):
+    """Every family's closed-form I + ξ (parameterization="first_order") equals the
+    identity plus the jvp of its exponential map."""
+    for s in _symmetries(CASES[family]()):
+        xi = 0.1 * torch.randn(s.dim, generator=_gen(11), dtype=F64)
+        assert _max_element_error(s.linear_element(xi), ps.Symmetry.linear_element(s, xi)) <= 1e-14

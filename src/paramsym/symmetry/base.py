@@ -46,6 +46,17 @@ Region = tuple[str, int, int, int | None]
 """(parameter, axis, start, stop) touched by an action; ``stop=None`` means to the end."""
 
 
+def tree_add(a: GroupElement, b: GroupElement) -> GroupElement:
+    """Entrywise ``a + b`` of two group elements of the same structure (tensors or tuples)."""
+    if isinstance(a, tuple):
+        if not isinstance(b, tuple):
+            raise TypeError("tree_add: a tuple element plus a tensor")
+        return tuple(tree_add(p, q) for p, q in zip(a, b, strict=True))
+    if isinstance(b, tuple):
+        raise TypeError("tree_add: a tensor element plus a tuple")
+    return a + b
+
+
 @dataclass(frozen=True)
 class Slot:
     """One axis of one parameter tensor along which a hidden layer's neurons are indexed.
@@ -194,6 +205,15 @@ class Symmetry(abc.ABC):
     @abc.abstractmethod
     def exp(self, xi: Tensor) -> GroupElement:
         """The exponential map from algebra coordinates ``xi`` (shape ``(dim,)``)."""
+
+    def linear_element(self, xi: Tensor) -> GroupElement:
+        """The first-order element ``e + ξ``: the identity plus d/dt exp(tξ) at t = 0, the
+        I + T parameterisation of seed 001 (Algorithm 1). It need not lie in the group (for
+        O(h) it never does); validate it with :meth:`check_element`. This default
+        differentiates :meth:`exp` with ``torch.func.jvp``; families override it with the
+        closed form (tested against this default)."""
+        identity, rate = torch.func.jvp(self.exp, (torch.zeros_like(xi),), (xi,))[:2]
+        return tree_add(identity, rate)
 
     @abc.abstractmethod
     def compose(self, g1: GroupElement, g2: GroupElement) -> GroupElement:

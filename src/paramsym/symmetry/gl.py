@@ -57,6 +57,11 @@ class MatrixGroup:
     def exp(self, xi: Tensor) -> Tensor:
         return matrix_exp(self._algebra(self.check_xi(xi)))
 
+    def linear_element(self, xi: Tensor) -> Tensor:
+        """``I + M(ξ)``, the first-order element (not orthogonal for O(h))."""
+        generator = self._algebra(self.check_xi(xi))
+        return torch.eye(self.width, dtype=generator.dtype, device=generator.device) + generator
+
     def sample(
         self,
         scale: float = 0.1,

@@ -99,6 +99,11 @@ class ProductSymmetry(Symmetry):
     def exp(self, xi: Tensor) -> tuple[GroupElement, ...]:
         return tuple(f.exp(part) for f, part in zip(self.factors, self._split(xi), strict=True))
 
+    def linear_element(self, xi: Tensor) -> tuple[GroupElement, ...]:
+        return tuple(
+            f.linear_element(part) for f, part in zip(self.factors, self._split(xi), strict=True)
+        )
+
     def compose(self, g1: GroupElement, g2: GroupElement) -> tuple[GroupElement, ...]:
         return tuple(
             f.compose(a, b)

@@ -99,6 +99,9 @@ class SoftmaxTranslation(Symmetry):
     def exp(self, xi: Tensor) -> Tensor:
         return self.check_xi(xi)
 
+    def linear_element(self, xi: Tensor) -> Tensor:
+        return self.check_xi(xi)  # the exponential map of a translation group is linear
+
     def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
         return self.check_element(g1) + self.check_element(g2)
 

@@ -159,14 +159,6 @@ def default_symmetries(model: nn.Module, loss_fn: LossFn | None = None) -> list[
     return [s for s in symmetries(model, loss_fn=loss_fn) if s.dim > 0]
 
 
-def _tree_add(a: GroupElement, b: GroupElement) -> GroupElement:
-    if isinstance(a, tuple):
-        assert isinstance(b, tuple)
-        return tuple(_tree_add(p, q) for p, q in zip(a, b, strict=True))
-    assert isinstance(b, Tensor)
-    return a + b
-
-
 class _Orbit:
     """The continuous symmetries moved along together, with the teleport batch's input."""
 
@@ -206,8 +198,7 @@ class _Orbit:
     def element(self, s: Symmetry, xi: Tensor) -> GroupElement:
         if self.parameterization == "exp":
             return s.exp(xi)
-        identity_and_rate = torch.func.jvp(s.exp, (torch.zeros_like(xi),), (xi,))
-        return _tree_add(identity_and_rate[0], identity_and_rate[1])
+        return s.linear_element(xi)
 
     def pullback(
         self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]

@@ -147,6 +147,9 @@ class GeneralizedScaling(Symmetry):
     def exp(self, xi: Tensor) -> Tensor:
         return torch.exp(self.check_xi(xi))
 
+    def linear_element(self, xi: Tensor) -> Tensor:
+        return 1.0 + self.check_xi(xi)
+
     def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
         return self.check_element(g1) * self.check_element(g2)
 
