@@ -72,6 +72,15 @@ def _pointwise_jvp(fn: Callable[[Tensor], Tensor], z: Tensor, direction: Tensor)
     return rate
 
 
+def _is_identity(g: GroupElement, width: int) -> bool:
+    """Whether ``g`` is exactly the h × h identity (as in a teleport's rebase, ``act(θ, I)``)."""
+    return (
+        isinstance(g, Tensor)
+        and g.shape == (width, width)
+        and torch.equal(g, torch.eye(width, dtype=g.dtype, device=g.device))
+    )
+
+
 @dataclass(frozen=True)
 class LayerPair:
     """Where a hidden layer ``U σ(c_w V h + c_b b)`` lives in a model.
@@ -243,7 +252,8 @@ class DataDependentGL(GeneralLinearGroup, Symmetry):
         self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None
     ) -> tuple[Params, Tensor, Tensor, Tensor]:
         x = self._check(params, x)
-        g = self.check_element(g)
+        if not _is_identity(g, self.width):  # validating g costs an h × h inverse
+            g = self.check_element(g)
         ref = params[self.pair.incoming_weight]
         g = g.to(dtype=ref.dtype, device=ref.device)
         new, rank, exact = self._transform(params, g, x)
