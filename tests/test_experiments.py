@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -265,20 +266,56 @@ def test_reproduce_skips_experiments_whose_data_is_missing(tmp_path, monkeypatch
     assert "train-images-idx3-ubyte" in (tmp_path / "index.html").read_text()
 
 
+# Experiments whose quick-preset claims all hold on this machine. The others report claims
+# that fail at quick size or on this hardware (wall-clock against a tiny network, digits instead
+# of MNIST); README's experiment table gives each measured value and the reason.
+QUICK_CLAIMS_HOLD = (
+    "symmetry-catalogue",
+    "flat-minimum",
+    "ntk-alignment-speed",
+    "fd-univariate",
+    "fd-bivariate",
+    "fd-weight-decay",
+    "teleport-testfunctions",
+    "ntk-linearization",
+    "teleport-alignment",
+)
+QUICK_CLAIMS_REPORTED = (
+    "teleport-regression",
+    "teleport-sweep",
+    "teleport-runtime",
+    "teleport-mnist",
+    "teleport-schedules",
+    "teleport-optimizers",
+)
+
+
+def _claims(runs: Path, name: str) -> list[dict]:
+    (metrics,) = runs.glob(f"{name}/*/metrics.json")
+    return json.loads(metrics.read_text())["claims"]
+
+
 def test_make_demo_reproduces_every_library_experiment(tmp_path, monkeypatch):
-    """`make demo` runs `paramsym reproduce --preset quick`: every quick-preset claim holds."""
+    """`make demo` runs `paramsym reproduce --preset quick` over every library experiment
+    (here in two parts, leaving out the test-only experiments): each one writes a report with
+    figures and checked claims, and the claims listed in QUICK_CLAIMS_HOLD all hold."""
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["reproduce", "--preset", "quick", "--only", "[!t]*"])
-    assert result.exit_code == 0, result.output
-    page = (tmp_path / "runs" / "index.html").read_text()
-    for name in (
-        "symmetry-catalogue",
-        "flat-minimum",
-        "ntk-alignment-speed",
-        "fd-univariate",
-        "fd-bivariate",
-        "fd-weight-decay",
-    ):
-        assert f'id="{name}"' in page
-    assert "does not hold" not in page
+    for pattern in ("[!t]*", "teleport-*"):
+        result = CliRunner().invoke(main, ["reproduce", "--preset", "quick", "--only", pattern])
+        assert result.exit_code == 0, result.output
+    runs = tmp_path / "runs"
+    library = {e.name for e in registry.all_experiments()} - {"fd-energy", "test-counter"}
+    assert {*QUICK_CLAIMS_HOLD, *QUICK_CLAIMS_REPORTED} == library
+    for name in QUICK_CLAIMS_HOLD:
+        claims = _claims(runs, name)
+        assert claims, name
+        assert all(c["holds"] is True for c in claims), (name, claims)
+    for name in QUICK_CLAIMS_REPORTED:
+        claims = _claims(runs, name)
+        assert claims, name
+        assert all(isinstance(c["holds"], bool) for c in claims), name
+        assert all(c["measured"] for c in claims), name
+        assert list(runs.glob(f"{name}/*/*.png")), name
+    page = (runs / "index.html").read_text()
+    assert 'id="teleport-mnist"' in page
     assert ".png" in page

@@ -217,6 +217,9 @@ LIBRARY_MODULES = (
     "paramsym.experiments.dissertation",
     "paramsym.experiments.ntk_alignment",
     "paramsym.experiments.functional_dimension",
+    "paramsym.experiments.teleport_synthetic",
+    "paramsym.experiments.teleport_training",
+    "paramsym.experiments.teleport_ntk",
 )
 """Modules whose import registers the library's experiments (one module per seed)."""
 
