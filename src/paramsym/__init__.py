@@ -10,7 +10,21 @@ The public API (see DESIGN.md and the README)::
     ps.hvp(model, loss_fn, (x, y), v)      # curvature primitives
 """
 
-from paramsym import landscapes, nn
+from paramsym import connectivity, landscapes, nn, symo
+from paramsym.connectivity import (
+    PermutationSpec,
+    WeightMatchingConfig,
+    align_components,
+    chord_bound,
+    component_label,
+    curve_geometry,
+    linear_interpolation,
+    permutation_spec,
+    rescaling_barrier,
+    rescaling_pair,
+    symmetry_path,
+    weight_matching,
+)
 from paramsym.core import (
     Params,
     add,
@@ -67,6 +81,7 @@ from paramsym.symmetry import (
     register_block,
     symmetries,
 )
+from paramsym.symo import CurvatureStructure, Factors, FactorTracker, SymO
 from paramsym.tangent_kernel import (
     NTKTracker,
     fd_bounds,
@@ -91,7 +106,10 @@ __version__ = "0.1.0"
 __all__ = [
     "ApproximateActionWarning",
     "AutodiffError",
+    "CurvatureStructure",
     "EigenResult",
+    "FactorTracker",
+    "Factors",
     "HessianOperator",
     "HiddenGL",
     "HiddenOrthogonal",
@@ -108,6 +126,7 @@ __all__ = [
     "Params",
     "ParamsymError",
     "ParamsymWarning",
+    "PermutationSpec",
     "PositiveScaling",
     "ProductSymmetry",
     "PseudoInverseGL",
@@ -117,6 +136,7 @@ __all__ = [
     "SignFlip",
     "Slot",
     "SoftmaxTranslation",
+    "SymO",
     "Symmetry",
     "TeleportConfig",
     "TeleportResult",
@@ -124,9 +144,15 @@ __all__ = [
     "TraceEstimate",
     "UnanalysedModuleWarning",
     "UnsupportedModuleError",
+    "WeightMatchingConfig",
     "__version__",
     "add",
+    "align_components",
     "axpy",
+    "chord_bound",
+    "component_label",
+    "connectivity",
+    "curve_geometry",
     "fd_bounds",
     "flatten",
     "functional_call",
@@ -138,6 +164,7 @@ __all__ = [
     "kernel_alignment",
     "landscapes",
     "level_set_teleport",
+    "linear_interpolation",
     "linear_regions",
     "loss_alignment",
     "mlp",
@@ -146,13 +173,19 @@ __all__ = [
     "ntk",
     "orbit_dimension",
     "params_of",
+    "permutation_spec",
     "register_block",
+    "rescaling_barrier",
+    "rescaling_pair",
     "scale",
     "sub",
     "symmetries",
+    "symmetry_path",
+    "symo",
     "tangent_matrix",
     "teleport",
     "top_eigenvalues",
     "unflatten",
+    "weight_matching",
     "zeros_like",
 ]

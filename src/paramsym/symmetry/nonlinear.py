@@ -35,7 +35,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import torch
 from torch import Tensor
@@ -72,7 +72,7 @@ def _pointwise_jvp(fn: Callable[[Tensor], Tensor], z: Tensor, direction: Tensor)
     return rate
 
 
-def _is_identity(g: GroupElement, width: int) -> bool:
+def _is_identity(g: GroupElement, width: int) -> TypeGuard[Tensor]:
     """Whether ``g`` is exactly the h × h identity (as in a teleport's rebase, ``act(θ, I)``)."""
     return (
         isinstance(g, Tensor)
