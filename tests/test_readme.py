@@ -16,7 +16,7 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, data_dependent, ntk, teleport = run_blocks(capsys)
+    ten_lines, data_dependent, ntk, teleport, symo, connectivity = run_blocks(capsys)
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]
     assert ten_lines[1] == "True"
@@ -33,3 +33,12 @@ def test_readme_examples(capsys):
     assert float(gain) > 1.05
     assert guarded == "True"
     assert teleport[1] == "[0, 50]"
+    factors, rest = symo[0].split(" ", 1)
+    surrogate, symo_loss = rest.rsplit(" ", 1)
+    assert int(factors) > 0
+    assert surrogate == "torch.Size([14, 14])"
+    assert float(symo_loss) < 0.1
+    barrier_before, barrier_after, distance = map(float, connectivity[0].split())
+    assert barrier_before > 1e-3
+    assert barrier_after < 1e-12
+    assert distance == 0.0
