@@ -10,7 +10,7 @@ The public API (see DESIGN.md and the README)::
     ps.hvp(model, loss_fn, (x, y), v)      # curvature primitives
 """
 
-from paramsym import connectivity, landscapes, nn, symo
+from paramsym import connectivity, conserved, ensembles, landscapes, nn, symo
 from paramsym.connectivity import (
     PermutationSpec,
     WeightMatchingConfig,
@@ -24,6 +24,18 @@ from paramsym.connectivity import (
     rescaling_pair,
     symmetry_path,
     weight_matching,
+)
+from paramsym.conserved import (
+    ConservedTracker,
+    ElementwiseQ,
+    MomentMap,
+    angular_momentum,
+    conserved_quantities,
+    flat_minimum,
+    gd_drift,
+    imbalance,
+    init_with_q,
+    xavier_q_statistics,
 )
 from paramsym.core import (
     Params,
@@ -50,8 +62,10 @@ from paramsym.curvature import (
     tangent_matrix,
     top_eigenvalues,
 )
+from paramsym.ensembles import GroupEnsemble, fgsm, group_ensemble, pgd
 from paramsym.errors import (
     ApproximateActionWarning,
+    ApproximateConservationWarning,
     AutodiffError,
     InvalidArgumentError,
     InvalidGroupElementError,
@@ -105,11 +119,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ApproximateActionWarning",
+    "ApproximateConservationWarning",
     "AutodiffError",
+    "ConservedTracker",
     "CurvatureStructure",
     "EigenResult",
+    "ElementwiseQ",
     "FactorTracker",
     "Factors",
+    "GroupEnsemble",
     "HessianOperator",
     "HiddenGL",
     "HiddenOrthogonal",
@@ -117,6 +135,7 @@ __all__ = [
     "InvalidGroupElementError",
     "InverseActivationGL",
     "MissingParameterError",
+    "MomentMap",
     "NTKLinear",
     "NTKTracker",
     "NeuronPermutation",
@@ -148,18 +167,28 @@ __all__ = [
     "__version__",
     "add",
     "align_components",
+    "angular_momentum",
     "axpy",
     "chord_bound",
     "component_label",
     "connectivity",
+    "conserved",
+    "conserved_quantities",
     "curve_geometry",
+    "ensembles",
     "fd_bounds",
+    "fgsm",
+    "flat_minimum",
     "flatten",
     "functional_call",
     "functional_dimension",
+    "gd_drift",
+    "group_ensemble",
     "hessian",
     "hutchinson_trace",
     "hvp",
+    "imbalance",
+    "init_with_q",
     "inner",
     "kernel_alignment",
     "landscapes",
@@ -174,6 +203,7 @@ __all__ = [
     "orbit_dimension",
     "params_of",
     "permutation_spec",
+    "pgd",
     "register_block",
     "rescaling_barrier",
     "rescaling_pair",
@@ -187,5 +217,6 @@ __all__ = [
     "top_eigenvalues",
     "unflatten",
     "weight_matching",
+    "xavier_q_statistics",
     "zeros_like",
 ]

@@ -67,5 +67,10 @@ class ApproximateActionWarning(ParamsymWarning):
     change of the layer's output."""
 
 
+class ApproximateConservationWarning(ParamsymWarning):
+    """The symmetry behind a conserved quantity is only approximate (e.g. BatchNorm scale
+    invariance with eps > 0), so gradient flow conserves the quantity only approximately."""
+
+
 class NotConvergedWarning(ParamsymWarning):
     """An iterative method stopped before reaching its tolerance; the result is approximate."""
