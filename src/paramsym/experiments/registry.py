@@ -220,6 +220,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport_synthetic",
     "paramsym.experiments.teleport_training",
     "paramsym.experiments.teleport_ntk",
+    "paramsym.experiments.connectivity",
 )
 """Modules whose import registers the library's experiments (one module per seed)."""
 

@@ -1,0 +1,158 @@
+"""Mode-connectivity benchmark (issue 8): weight matching, paramsym against the ``rebasin``
+package (Git Re-Basin's weight matching for PyTorch), on the same pair of trained models.
+
+For each architecture, two ReLU MLPs are trained independently on scikit-learn's digits (the
+``permutation-alignment`` experiment's training function) and model B is aligned to model A
+by
+
+* ``paramsym.weight_matching`` (coordinate descent over the hidden layers' permutations, one
+  ``linear_sum_assignment`` per layer and sweep), once with the default random group order and
+  as the best of 4 orders (the experiment's setting), and
+* ``rebasin.PermutationCoordinateDescent(model_a, model_b, input_data).rebasin()`` (modifies
+  model_b in place; it traces the model with torchview, which needs the graphviz system
+  package), when ``rebasin`` is installed; otherwise the result records
+  ``"rebasin not installed"`` and paramsym is timed alone.
+
+Figures: median seconds of each (timed round-robin in the same process, each call on a fresh
+copy of model B), their ratio, and the barrier reduction each achieves: the test-loss and
+test-error barriers along the chord A → B before and after alignment, and ‖θ_A − π·θ_B‖.
+
+Run ``python benchmarks/bench_connectivity.py`` (``--smoke`` for a reduced run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import paramsym as ps
+from paramsym.experiments.connectivity import (
+    AlignmentConfig,
+    best_weight_matching,
+    classification_data,
+    error_rate,
+    train_classifier,
+)
+from timing import machine, round_robin
+
+try:  # the peer is optional: pip install rebasin (needs torchview and the graphviz package)
+    from rebasin import PermutationCoordinateDescent
+except ImportError:  # pragma: no cover - depends on the environment
+    PermutationCoordinateDescent = None
+
+
+def _distance(a: nn.Module, b: nn.Module) -> float:
+    pa, pb = ps.params_of(a), ps.params_of(b)
+    return float(sum(((pa[k].double() - pb[k].double()) ** 2).sum() for k in pa)) ** 0.5
+
+
+def _barriers(
+    model_a: nn.Module, params_b: dict[str, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor]
+) -> dict[str, float]:
+    a = ps.params_of(model_a)
+    loss = ps.connectivity.linear_interpolation(
+        model_a, nn.CrossEntropyLoss(), test, a, params_b, 11
+    )
+    error = ps.connectivity.linear_interpolation(model_a, error_rate, test, a, params_b, 11)
+    return {"loss_barrier": loss.barrier, "error_barrier": error.barrier}
+
+
+def _aligned_module(template: nn.Module, params: dict[str, torch.Tensor]) -> nn.Module:
+    out = copy.deepcopy(template)
+    out.load_state_dict(params, strict=False)
+    return out
+
+
+def compare(
+    hidden: tuple[int, ...], epochs: int, repeats: int, input_samples: int
+) -> dict[str, Any]:
+    """Train one pair, align B to A with both implementations, time and score them."""
+    config = AlignmentConfig(hidden=hidden, epochs=epochs)
+    train, test = classification_data(config)
+    widths = [train[0].shape[1], *hidden, 10]
+    model_a = train_classifier(widths, train, config, seed=0)
+    model_b = train_classifier(widths, train, config, seed=1)
+    out: dict[str, Any] = {"widths": widths, "epochs": epochs}
+    out["naive"] = {
+        **_barriers(model_a, ps.params_of(model_b), test),
+        "distance": _distance(model_a, model_b),
+    }
+
+    results: dict[str, Any] = {}
+
+    def ours() -> None:
+        results["paramsym"] = ps.connectivity.weight_matching(model_a, copy.deepcopy(model_b))
+
+    def ours_restarts() -> None:
+        results["paramsym_best_of_4"] = best_weight_matching(model_a, copy.deepcopy(model_b), 4)[0]
+
+    fns = {"paramsym": ours, "paramsym_best_of_4": ours_restarts}
+    input_data = train[0][:input_samples]
+    if PermutationCoordinateDescent is not None:
+
+        def theirs() -> None:
+            moved = copy.deepcopy(model_b)
+            PermutationCoordinateDescent(model_a, moved, input_data).rebasin()
+            results["rebasin"] = moved
+
+        fns["rebasin"] = theirs
+    seconds = round_robin(fns, repeats, warmup=1)
+    for name in ("paramsym", "paramsym_best_of_4"):
+        matched = results[name]
+        out[name] = {
+            "seconds": seconds[name],
+            **_barriers(model_a, matched.params, test),
+            "distance": _distance(model_a, _aligned_module(model_b, matched.params)),
+            "objective": matched.objective_after,
+        }
+    if PermutationCoordinateDescent is None:
+        out["rebasin"] = "rebasin not installed"
+        return out
+    theirs_module = results["rebasin"]
+    with torch.no_grad():
+        change = float((theirs_module(test[0]) - model_b(test[0])).abs().max())
+    out["rebasin"] = {
+        "seconds": seconds["rebasin"],
+        **_barriers(model_a, ps.params_of(theirs_module), test),
+        "distance": _distance(model_a, theirs_module),
+        "function_change": change,
+    }
+    out["rebasin_over_paramsym_seconds"] = seconds["rebasin"] / seconds["paramsym"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/connectivity.json"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--input-samples", type=int, default=256, help="rebasin's input batch")
+    parser.add_argument("--smoke", action="store_true", help="small models, 2 repeats")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    warnings.simplefilter("ignore", ps.ParamsymWarning)
+    architectures = {"mlp_128x2": (128, 128), "mlp_512x3": (512, 512, 512)}
+    if args.smoke:
+        architectures = {"mlp_64x2": (64, 64)}
+        args.repeats, args.epochs = 2, 3
+    start = time.perf_counter()
+    results: dict[str, Any] = {"machine": machine(), "smoke": args.smoke}
+    for name, hidden in architectures.items():
+        results[name] = compare(hidden, args.epochs, args.repeats, args.input_samples)
+        print(name, json.dumps(results[name], indent=2))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")  # keep what is finished
+    results["seconds"] = time.perf_counter() - start
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
