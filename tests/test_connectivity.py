@@ -750,3 +750,18 @@ def test_residual_network_minimum_components(epsilon, expected) -> None:
         side = torch.sign(w1[result.labels == c] * w2[result.labels == c] + epsilon)
         assert bool((side == side[0]).all())
     assert sorted(result.sizes, reverse=True) == result.sizes
+
+
+def test_restarts_keep_the_best_of_the_random_orders():
+    """restarts=k runs the descents of seeds 0..k-1 and returns the one with the largest J."""
+    a = ps.mlp([4, 6, 7, 5, 3], activation="leaky_relu", seed=3)
+    b = ps.mlp([4, 6, 7, 5, 3], activation="leaky_relu", seed=4)
+    single = [
+        ps.weight_matching(a, b, config=ps.WeightMatchingConfig(seed=s)).objective_after
+        for s in range(4)
+    ]
+    best = ps.weight_matching(a, b, config=ps.WeightMatchingConfig(restarts=4))
+    assert best.restart_objectives == pytest.approx(single, rel=1e-12)
+    assert best.objective_after == pytest.approx(max(single), rel=1e-12)
+    with pytest.raises(ps.InvalidArgumentError, match="restarts"):
+        ps.WeightMatchingConfig(restarts=0)

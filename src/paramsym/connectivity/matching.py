@@ -327,6 +327,11 @@ class WeightMatchingConfig:
         order: ``"random"`` (a fresh random order of the groups in each sweep, as in Git
             Re-Basin) or ``"forward"`` (model order).
         seed: seed of the random order.
+        restarts: runs of the descent from the identity with the random orders of seeds
+            ``seed, seed + 1, …``; the result is the run with the largest J. Coordinate descent
+            stops at coordinate-wise optima, and which one depends on the order: on 512-wide
+            MNIST-1D MLPs 3 of 5 orders stopped near J = 280 with a 10× larger barrier than
+            the orders reaching J = 308.
         tolerance: a group's update counts as progress only if it raises J by more than
             ``tolerance`` times the sum of the absolute entries of its cost matrix.
     """
@@ -334,6 +339,7 @@ class WeightMatchingConfig:
     max_iterations: int = 100
     order: Order = "random"
     seed: int = 0
+    restarts: int = 1
     tolerance: float = 1e-12
 
     def __post_init__(self) -> None:
@@ -343,6 +349,8 @@ class WeightMatchingConfig:
             raise InvalidArgumentError(
                 f"WeightMatchingConfig: order must be 'random' or 'forward', got {self.order!r}"
             )
+        if self.restarts < 1:
+            raise InvalidArgumentError("WeightMatchingConfig: restarts must be >= 1")
         if not self.tolerance >= 0:
             raise InvalidArgumentError("WeightMatchingConfig: tolerance must be >= 0")
 
@@ -361,6 +369,7 @@ class WeightMatchingResult:
             non-decreasing.
         iterations: sweeps done.
         converged: whether the last sweep improved nothing (else ``max_iterations`` ran out).
+        restart_objectives: J at the end of each restart (the result is the largest).
         seconds: wall-clock time.
     """
 
@@ -374,6 +383,7 @@ class WeightMatchingResult:
     iterations: int
     converged: bool
     seconds: float
+    restart_objectives: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers for JSON (permutations as lists; no tensors)."""
@@ -387,6 +397,7 @@ class WeightMatchingResult:
             "iterations": self.iterations,
             "converged": self.converged,
             "seconds": self.seconds,
+            "restart_objectives": list(self.restart_objectives),
         }
 
 
@@ -523,13 +534,50 @@ def weight_matching(
     for action in actions.values():
         action.check_params(state_a)  # finite, right shapes
 
+    runs = [
+        _coordinate_descent(state_a, state_b, actions, spec, config, config.seed + restart)
+        for restart in range(config.restarts)
+    ]
+    permutations, current, history, iterations, converged = max(runs, key=lambda r: r[2][-1])
+    objective = history[-1]
+    if not converged:
+        warnings.warn(
+            f"weight_matching: stopped after max_iterations={config.max_iterations} sweeps while "
+            "the objective was still improving; the alignment is not a coordinate-wise optimum",
+            NotConvergedWarning,
+            stacklevel=2,
+        )
+    return WeightMatchingResult(
+        permutations=permutations,
+        params=current,
+        objective_before=history[0],
+        objective_after=objective,
+        distance_before=_distance(state_a, state_b, spec),
+        distance_after=_distance(state_a, current, spec),
+        history=history,
+        iterations=iterations,
+        converged=converged,
+        seconds=time.perf_counter() - start,
+        restart_objectives=[run[2][-1] for run in runs],
+    )
+
+
+def _coordinate_descent(
+    state_a: Mapping[str, Tensor],
+    state_b: Mapping[str, Tensor],
+    actions: Mapping[str, NeuronPermutation],
+    spec: PermutationSpec,
+    config: WeightMatchingConfig,
+    seed: int,
+) -> tuple[dict[str, Tensor], Params, list[float], int, bool]:
+    """One descent from the identity: (permutations, aligned state, J history, sweeps,
+    converged), visiting the groups in the random orders of ``seed``."""
     permutations = {g: torch.arange(a.width) for g, a in actions.items()}
     current = dict(state_b)
     objective = matching_objective(state_a, current, spec)
     history = [objective]
-    distance_before = _distance(state_a, state_b, spec)
     names = list(actions)
-    order_rng = np.random.default_rng(config.seed)
+    order_rng = np.random.default_rng(seed)
     converged = False
     iterations = 0
     for iterations in range(1, config.max_iterations + 1):  # noqa: B007 (used after the loop)
@@ -558,22 +606,4 @@ def weight_matching(
         if not improved:
             converged = True
             break
-    if not converged:
-        warnings.warn(
-            f"weight_matching: stopped after max_iterations={config.max_iterations} sweeps while "
-            "the objective was still improving; the alignment is not a coordinate-wise optimum",
-            NotConvergedWarning,
-            stacklevel=2,
-        )
-    return WeightMatchingResult(
-        permutations=permutations,
-        params=current,
-        objective_before=history[0],
-        objective_after=objective,
-        distance_before=distance_before,
-        distance_after=_distance(state_a, current, spec),
-        history=history,
-        iterations=iterations,
-        converged=converged,
-        seconds=time.perf_counter() - start,
-    )
+    return permutations, current, history, iterations, converged
