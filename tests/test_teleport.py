@@ -741,3 +741,25 @@ def test_first_order_elements_match_the_derivative_of_exp(family):
     for s in _symmetries(CASES[family]()):
         xi = 0.1 * torch.randn(s.dim, generator=_gen(11), dtype=F64)
         assert _max_element_error(s.linear_element(xi), ps.Symmetry.linear_element(s, xi)) <= 1e-14
+
+
+def test_a_teleport_that_ends_worse_is_undone_unless_keep_worse():
+    """With fewer samples than hidden units, the pseudo-inverse action's first move (the
+    re-base, U ↦ U P onto the span of σ(H)) lowers ‖∇L‖² here, and one tiny step cannot regain
+    it: by default the model stays at the start (stopped="no_improvement"); keep_worse=True
+    keeps the end point, as the paper's Algorithm 1 does."""
+    model = ps.mlp([4, 16, 3], "leaky_relu", seed=0, dtype=F64)
+    g = _gen(0)
+    batch = (torch.randn(5, 4, generator=g, dtype=F64), torch.randn(5, 3, generator=g, dtype=F64))
+    symmetries = [
+        s for s in ps.symmetries(model, data_dependent=True) if s.name.startswith("pinv_GL")
+    ]
+    before = {k: v.clone() for k, v in ps.params_of(model).items()}
+    undone = teleport(model, nn.MSELoss(), batch, symmetries, steps=1, lr=1e-8)
+    assert undone.stopped == "no_improvement"
+    assert undone.objective_after == undone.objective_before
+    assert all(torch.equal(p, before[k]) for k, p in ps.params_of(model).items())
+    kept = teleport(model, nn.MSELoss(), batch, symmetries, steps=1, lr=1e-8, keep_worse=True)
+    assert kept.objective_after < 0.9 * kept.objective_before
+    assert abs(kept.loss_after - kept.loss_before) <= 1e-10 * kept.loss_before
+    assert not all(torch.equal(p, before[k]) for k, p in ps.params_of(model).items())

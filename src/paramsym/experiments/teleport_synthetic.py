@@ -292,6 +292,7 @@ def _teleport_landscape(
             max_step_norm=options.max_step_norm,
             line_search=options.line_search,
             max_loss_drift=1e-6,
+            keep_worse=True,  # Algorithm 1 applies every teleport
         )
     return rate_before, result.grad_norm_after**2
 
@@ -837,6 +838,7 @@ class RegressionTeleport:
             lr=self.lr,
             parameterization=self.parameterization,  # type: ignore[arg-type]
             max_step_norm=_bound(self.max_step_norm),
+            keep_worse=True,  # Algorithm 1 applies every teleport
         )
 
 
@@ -1719,6 +1721,7 @@ def time_training(config: RuntimeConfig, width: int, layers: int) -> RuntimeRow:
         lr=config.teleport_lr,
         parameterization="first_order",
         max_step_norm=_bound(config.max_step_norm),
+        keep_worse=True,  # Algorithm 1 applies every teleport
     )
 
     def train(schedule: Schedule) -> TrainingRun:

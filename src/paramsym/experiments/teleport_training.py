@@ -233,6 +233,7 @@ def teleport_config(
         max_objective=max_objective if math.isfinite(max_objective) else None,
         allow_approximate=True,
         max_loss_drift=max_loss_drift,
+        keep_worse=True,  # Algorithm 1 applies every teleport, even one that lowers ‖∇L‖
     )
 
 
@@ -1298,6 +1299,7 @@ def run_regression_arm(arm: RegressionArm, seed: int, steps: int, at: int) -> Tr
             parameterization="first_order",
             max_step_norm=None,
             allow_approximate=True,
+            keep_worse=True,  # Algorithm 1 applies every teleport
         ),
     )
     return train_regression(model, tele, batch, steps)

@@ -88,7 +88,9 @@ class TeleportResult:
         steps: accepted ascent steps; ``history`` has one :class:`TeleportStep` each.
         stopped: why it ended: ``"steps"``, ``"max_objective"``, ``"stationary"`` (zero
             algebra gradient), ``"drift"`` (every shrunken step broke the loss guard),
-            ``"no_gain"`` (line search found no improvement) or ``"non_finite"``.
+            ``"no_gain"`` (line search found no improvement), ``"non_finite"``, or
+            ``"no_improvement"`` (the end point was worse than the start and was undone; see
+            ``keep_worse``).
         max_loss_drift: largest |L − L_before| over accepted points (absolute).
         shrinks: step halvings over the whole teleport.
         evaluations: objective evaluations (each about one HVP for ‖∇L‖²).
@@ -144,6 +146,7 @@ class TeleportConfig:
     on_drift: DriftPolicy = "shrink"
     max_shrinks: int = 8
     allow_approximate: bool = False
+    keep_worse: bool = False
 
     def options(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -441,6 +444,7 @@ def teleport(
     on_drift: DriftPolicy = "shrink",
     max_shrinks: int = 8,
     allow_approximate: bool = False,
+    keep_worse: bool = False,
     covectors: Sequence[Mapping[str, Tensor]] = (),
     update_model: bool = True,
 ) -> TeleportResult:
@@ -473,6 +477,13 @@ def teleport(
         allow_approximate: data-dependent actions that are not exact on the batch (e.g. the
             pseudo-inverse action with more samples than hidden units) are refused unless
             this is set; then they warn, and the loss guard bounds what they change.
+        keep_worse: keep an end point whose objective is worse than the start's. By default
+            such a teleport is undone (``stopped="no_improvement"``, parameters and covectors
+            unchanged). Ascent steps never lower the objective on their own with a line search,
+            but the first move of a pseudo-inverse action can: for fewer samples than hidden
+            units it projects U onto the span of σ(H) (the re-base), which can lower ‖∇L‖ by
+            more than the steps regain. The paper's Algorithm 1 applies every teleport
+            (``keep_worse=True``).
         covectors: params dicts (e.g. momentum buffers) to transport as covectors.
         update_model: write the final parameters into ``model`` (in place).
 
@@ -579,6 +590,8 @@ def teleport(
             stacklevel=2,
         )
     final = current
+    if not keep_worse and sign * final.value < sign * objective_before:
+        final, stopped, carried = start_point, "no_improvement", [dict(m) for m in covectors]
     if math.isnan(final.grad_norm):  # objectives that never needed ∇L
         final = _evaluate(model, current.params, loss_fn, batch, goal, optimizer, True)
     if update_model:
