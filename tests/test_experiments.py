@@ -291,6 +291,11 @@ QUICK_CLAIMS_REPORTED = (
     "teleport-mnist",
     "teleport-schedules",
     "teleport-optimizers",
+    "q-distribution",
+    "q-convergence",
+    "q-sharpness",
+    "q-drift",
+    "group-ensemble",
 )
 
 

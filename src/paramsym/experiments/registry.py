@@ -221,6 +221,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport_training",
     "paramsym.experiments.teleport_ntk",
     "paramsym.experiments.connectivity",
+    "paramsym.experiments.conserved",
 )
 """Modules whose import registers the library's experiments (one module per seed)."""
 
