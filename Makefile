@@ -49,6 +49,7 @@ bench: $(VENV)/.bench $(NT_VENV)/.installed
 	$(BIN)/python benchmarks/bench_ntk.py --out benchmarks/results/ntk.json
 	$(BIN)/python benchmarks/bench_teleport.py --out benchmarks/results/teleport.json
 	$(BIN)/python benchmarks/bench_connectivity.py --out benchmarks/results/connectivity.json
+	$(BIN)/python benchmarks/bench_symo.py --out benchmarks/results/symo.json
 
 $(NT_VENV)/.installed:
 	test -x $(NT_VENV)/bin/python || $(PYTHON) -m venv $(NT_VENV)

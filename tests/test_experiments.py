@@ -283,6 +283,8 @@ QUICK_CLAIMS_HOLD = (
     "lmc-barrier",
     "symmetry-curves",
     "permutation-alignment",
+    "surrogate-spectrum",
+    "factor-estimation",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",
@@ -296,6 +298,8 @@ QUICK_CLAIMS_REPORTED = (
     "q-sharpness",
     "q-drift",
     "group-ensemble",
+    "global-curvature-structure",
+    "symo-training",
 )
 
 

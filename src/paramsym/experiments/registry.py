@@ -222,6 +222,8 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport_ntk",
     "paramsym.experiments.connectivity",
     "paramsym.experiments.conserved",
+    "paramsym.experiments.global_curvature",
+    "paramsym.experiments.symo_training",
 )
 """Modules whose import registers the library's experiments (one module per seed)."""
 
