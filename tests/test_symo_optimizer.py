@@ -504,9 +504,11 @@ def test_make_optimizer_builds_the_five_of_table_2():
 def test_paper_figures_5_and_6_ordering(activation):
     """The teacher–student runs of Figs. 5–6 (100-70-40 without bias, 5000 points with input
     eigenvalues logspace(0, −5), Gaussian 1/√fan_in weights, loss ‖Ŷ − Y‖²/2N, Table 2, full
-    batch, 100 iterations): SymO ends lowest. Measured here (float64): linear SymO 3.0e-7,
-    K-FAC 3.2e-5, Shampoo 6.6e-4, Adam 5.9e-3, GD 1.7e-2; tanh SymO 7.55e-3, Shampoo 7.60e-3,
-    K-FAC 8.8e-3, Adam 1.3e-2, GD 2.5e-2 (notes 002 §4.1: 0.0074, 0.0077, 0.0087, ...)."""
+    batch, 100 iterations): SymO ends lowest in the linear case; with tanh SymO and Shampoo
+    tie within a few percent (the ``symo-training`` experiment: SymO 0.00653, Shampoo 0.00640
+    on data seed 0; SymO lower on seeds 1 and 2), both far below K-FAC, Adam and GD (notes
+    002 §4.1: 0.0074, 0.0077, 0.0087, ...). Teacher and student layers are drawn from one
+    generator each, so the layers are independent."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(F64)
     try:
@@ -517,9 +519,10 @@ def test_paper_figures_5_and_6_ordering(activation):
 
         def gaussian_mlp(seed: int) -> nn.Sequential:
             m = ps.mlp([d0, d1, d2], activation, bias=False)
+            weights = _gen(seed)  # one generator for all layers: independent draws
             with torch.no_grad():
                 for p in m.parameters():
-                    p.copy_(torch.randn(p.shape, generator=_gen(seed)) / p.shape[1] ** 0.5)
+                    p.copy_(torch.randn(p.shape, generator=weights) / p.shape[1] ** 0.5)
             return m
 
         teacher = gaussian_mlp(100)
@@ -544,10 +547,13 @@ def test_paper_figures_5_and_6_ordering(activation):
                 final[name] = float(loss_fn(model(x_test), y_test))
     finally:
         torch.set_default_dtype(previous)
-    assert final["symo"] == min(final.values())
     assert final["adam"] < final["gd"]
     if activation == "identity":
+        assert final["symo"] == min(final.values())
         assert final["symo"] < 0.1 * final["kfac"] < final["shampoo"]
+    else:  # SymO and Shampoo tie within a few percent, either can be lower (data seed)
+        assert final["symo"] <= 1.05 * min(final.values())
+        assert final["symo"] < 0.6 * final["adam"]
 
 
 def test_simple_kfac_factors_against_curvlinops():
