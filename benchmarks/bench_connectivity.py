@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import time
+import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from paramsym.experiments.connectivity import (
     error_rate,
     train_classifier,
 )
-from timing import machine, round_robin
+from timing import round_robin, run_sections
 
 try:  # the peer is optional: pip install rebasin (needs torchview and the graphviz package)
     from rebasin import PermutationCoordinateDescent
@@ -143,15 +142,11 @@ def main() -> None:
     if args.smoke:
         architectures = {"mlp_64x2": (64, 64)}
         args.repeats, args.epochs = 2, 3
-    start = time.perf_counter()
-    results: dict[str, Any] = {"machine": machine(), "smoke": args.smoke}
-    for name, hidden in architectures.items():
-        results[name] = compare(hidden, args.epochs, args.repeats, args.input_samples)
-        print(name, json.dumps(results[name], indent=2))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")  # keep what is finished
-    results["seconds"] = time.perf_counter() - start
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    sections = {
+        name: functools.partial(compare, hidden, args.epochs, args.repeats, args.input_samples)
+        for name, hidden in architectures.items()
+    }
+    run_sections(sections, args.out, {"smoke": args.smoke})
 
 
 if __name__ == "__main__":

@@ -21,9 +21,7 @@ Run ``python benchmarks/bench_symo.py`` (``--repeats 2`` for a smoke run).
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from torch import nn
 from paramsym.data import teacher_student
 from paramsym.experiments.symo_training import half_mse, student, table2_key, train
 from paramsym.symo import OPTIMIZERS, TABLE2, SymO, make_optimizer
-from timing import machine, round_robin
+from timing import round_robin, run_sections
 
 F64 = torch.float64
 WIDTHS = (100, 70, 40)
@@ -168,21 +166,13 @@ def main() -> None:
     parser.add_argument("--dense-full", action="store_true", help="dense step at P = 9800 too")
     args = parser.parse_args()
     torch.manual_seed(0)
-    start = time.perf_counter()
-    results: dict[str, Any] = {"machine": machine()}
     sections = {
         "step_time_versus_adam": lambda: step_time_versus_adam(args.repeats),
         "dense_versus_kronecker": lambda: dense_versus_kronecker(args.repeats, args.dense_full),
         "width_scaling": lambda: width_scaling(args.repeats),
         "time_to_adam_loss": time_to_adam_loss,
     }
-    for name, section in sections.items():
-        results[name] = section()
-        print(name, json.dumps(results[name], indent=2))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")  # keep what is finished
-    results["seconds"] = time.perf_counter() - start
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    run_sections(sections, args.out)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,8 @@ Run ``make bench`` or ``python benchmarks/bench_teleport.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ import torch
 from torch import nn
 
 import paramsym as ps
-from timing import machine, round_robin
+from timing import round_robin, run_sections
 
 WIDTHS = [784, 512, 512, 10]
 BATCH = 20
@@ -241,21 +239,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     warnings.simplefilter("ignore", ps.ParamsymWarning)
-    start = time.perf_counter()
-    results: dict[str, Any] = {"machine": machine()}
     sections = {
         "ascent_step_cost": lambda: ascent_step_cost(args.repeats),
         "teleport_versus_epoch": lambda: teleport_versus_epoch(max(1, args.repeats // 3)),
         "regression_speedup": lambda: regression_speedup(args.runs),
         "level_set_comparison": lambda: level_set_comparison(args.repeats),
     }
-    for name, section in sections.items():
-        results[name] = section()
-        print(name, json.dumps(results[name], indent=2))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")  # keep what is finished
-    results["seconds"] = time.perf_counter() - start
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    run_sections(sections, args.out)
 
 
 if __name__ == "__main__":

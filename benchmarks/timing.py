@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -41,3 +43,20 @@ def machine() -> dict[str, object]:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def run_sections(
+    sections: dict[str, Callable[[], object]], out: Path, header: dict[str, object] | None = None
+) -> dict[str, object]:
+    """Run each benchmark section in turn, printing it and rewriting ``out`` (JSON) after each
+    one, so that an interrupted run keeps what finished; ``seconds`` is the total."""
+    start = time.perf_counter()
+    results: dict[str, object] = {"machine": machine(), **(header or {})}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for name, section in sections.items():
+        results[name] = section()
+        print(name, json.dumps(results[name], indent=2))
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    results["seconds"] = time.perf_counter() - start
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    return results

@@ -243,13 +243,6 @@ def test_layer_pair_actions_and_bad_input():
         ts.train_regression(problem, "adam", 1e-3, 2)  # type: ignore[arg-type]
 
 
-def test_torch_threads_is_restored():
-    before = torch.get_num_threads()
-    with ts.torch_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-
-
 # -- reduced runs --------------------------------------------------------------------------------
 
 

@@ -133,11 +133,13 @@ def test_log_area_and_ratio_match_a_hand_computation():
     assert log_area([1.0, float("nan"), 0.5]) == math.inf  # a diverged run
 
 
-def test_torch_threads_restores_the_setting():
+def test_torch_threads_sets_and_restores_the_thread_count():
     before = torch.get_num_threads()
     with torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+    with torch_threads(0), torch_threads(None):  # leave the setting alone
+        assert torch.get_num_threads() == before
 
 
 def test_pinv_actions_are_found_on_every_layer_pair():

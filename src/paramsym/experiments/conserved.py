@@ -63,6 +63,7 @@ from paramsym.ensembles import (
     group_ensemble,
 )
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
+from paramsym.experiments.threads import torch_threads
 
 ELEMENTWISE: dict[str, Callable[[Tensor], Tensor]] = {
     "identity": lambda z: z,
@@ -86,12 +87,8 @@ def single_threaded(run: Callable[[C, Progress], Result]) -> Callable[[C, Progre
 
     @functools.wraps(run)
     def wrapped(config: C, progress: Progress) -> Result:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with torch_threads(1):
             return run(config, progress)
-        finally:
-            torch.set_num_threads(threads)
 
     return wrapped
 

@@ -36,12 +36,11 @@ that grew with √(2n) let a 1024-wide net's few steepest neurons move by a fact
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +55,7 @@ from paramsym import data as datasets
 from paramsym.core.params import functional_call
 from paramsym.experiments.ntk_alignment import AlignmentSpeedConfig, _data, _halving_time
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
+from paramsym.experiments.threads import torch_threads
 from paramsym.teleportation import TeleportResult, fit_scales
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -87,21 +87,6 @@ def loss_function(name: str) -> LossFn:
     if name == "mse":
         return half_squared_error
     raise ps.InvalidArgumentError(f"loss must be 'cross_entropy' or 'mse', got {name!r}")
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block with ``threads`` torch intra-op threads (``None``: leave as is). On a
-    shared machine one thread avoids the contention that stalls small operations."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def power_law_exponent(widths: Sequence[float], values: Sequence[float]) -> float:

@@ -46,14 +46,13 @@ Choices where the dissertation is silent or its text and the authors' code disag
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,6 +64,7 @@ from torch import Tensor, nn
 import paramsym as ps
 from paramsym.errors import InvalidArgumentError, NonFiniteError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
+from paramsym.experiments.threads import torch_threads
 from paramsym.landscapes import Booth, Landscape, Rosenbrock, value_loss
 from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation import (
@@ -93,24 +93,6 @@ LABELS = {
 }
 
 # -- shared helpers ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block with ``threads`` torch intra-op threads (``None``: leave as is).
-
-    The paper times on "one CPU"; on a shared machine one thread also avoids the contention
-    that makes tiny matrix operations (and ``torch.func`` transforms) 10-20× slower.
-    """
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def convergence_step(losses: Sequence[float], tol: float = 1e-3) -> int | None:

@@ -57,6 +57,7 @@ import paramsym as ps
 import paramsym.data
 from paramsym.errors import ApproximateActionWarning, InvalidArgumentError, ParamsymWarning
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
+from paramsym.experiments.threads import torch_threads
 from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation import StatePolicy, TeleportEvent
 
@@ -167,21 +168,6 @@ def run_seeds(seed: int, run: int) -> tuple[int, torch.Generator, torch.Generato
         torch.Generator().manual_seed(base + 1_000_000),
         torch.Generator().manual_seed(base + 2_000_000),
     )
-
-
-@contextlib.contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """Run with ``count`` intra-op threads (``0``: leave torch's setting). The small MLPs of the
-    quick presets run several times faster on one thread on a shared 2-core machine."""
-    if count <= 0:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @contextlib.contextmanager
