@@ -23,16 +23,13 @@ from paramsym.conserved import (
 from paramsym.errors import MissingDataError
 from paramsym.experiments import registry
 from paramsym.experiments.conserved import (
-    GroupEnsembleConfig,
     QConvergenceConfig,
     QDistributionConfig,
     QDriftConfig,
     QSharpnessConfig,
-    _image_data,
     _late_share,
     batched_gradient_descent,
     elementwise_q,
-    ensemble_cnn,
     init_scales,
     radial_gradient_descent,
     scalar_gradient_descent,
@@ -40,6 +37,11 @@ from paramsym.experiments.conserved import (
     spearman,
     steps_to_threshold,
     sum_squares,
+)
+from paramsym.experiments.group_ensemble import (
+    GroupEnsembleConfig,
+    _image_data,
+    ensemble_cnn,
     train_classifier,
 )
 from paramsym.sweep import run_experiment

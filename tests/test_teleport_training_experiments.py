@@ -37,6 +37,7 @@ from paramsym.experiments.teleport_training import (
     teleporter,
     torch_threads,
 )
+from paramsym.experiments.threads import single_threaded
 from paramsym.sweep import run_experiment
 
 NAMES = ("teleport-mnist", "teleport-schedules", "teleport-optimizers")
@@ -140,6 +141,8 @@ def test_torch_threads_sets_and_restores_the_thread_count():
     assert torch.get_num_threads() == before
     with torch_threads(0), torch_threads(None):  # leave the setting alone
         assert torch.get_num_threads() == before
+    assert single_threaded(torch.get_num_threads)() == 1
+    assert torch.get_num_threads() == before
 
 
 def test_pinv_actions_are_found_on_every_layer_pair():

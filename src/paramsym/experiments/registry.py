@@ -222,6 +222,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport_ntk",
     "paramsym.experiments.connectivity",
     "paramsym.experiments.conserved",
+    "paramsym.experiments.group_ensemble",
     "paramsym.experiments.global_curvature",
     "paramsym.experiments.symo_training",
 )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 import torch
+
+P = ParamSpec("P")
+S = TypeVar("S")
 
 
 @contextlib.contextmanager
@@ -26,3 +31,15 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def single_threaded(run: Callable[P, S]) -> Callable[P, S]:
+    """Decorate a function (an experiment's ``run(config, progress)``) to run on one torch
+    thread."""
+
+    @functools.wraps(run)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> S:
+        with torch_threads(1):
+            return run(*args, **kwargs)
+
+    return wrapped
