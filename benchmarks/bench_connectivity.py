@@ -35,7 +35,6 @@ from torch import nn
 import paramsym as ps
 from paramsym.experiments.connectivity import (
     AlignmentConfig,
-    best_weight_matching,
     classification_data,
     error_rate,
     train_classifier,
@@ -91,7 +90,9 @@ def compare(
         results["paramsym"] = ps.connectivity.weight_matching(model_a, copy.deepcopy(model_b))
 
     def ours_restarts() -> None:
-        results["paramsym_best_of_4"] = best_weight_matching(model_a, copy.deepcopy(model_b), 4)[0]
+        results["paramsym_best_of_4"] = ps.connectivity.weight_matching(
+            model_a, copy.deepcopy(model_b), config=ps.WeightMatchingConfig(restarts=4)
+        )
 
     fns = {"paramsym": ours, "paramsym_best_of_4": ours_restarts}
     input_data = train[0][:input_samples]

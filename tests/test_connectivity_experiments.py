@@ -25,7 +25,6 @@ from paramsym.experiments.connectivity import (
     AlignmentConfig,
     _min_over_permutations,
     _pinv_symmetry,
-    best_weight_matching,
     classification_data,
     distance_to_orbit,
     error_rate,
@@ -265,10 +264,11 @@ def test_min_over_permutations_brute_force():
     assert 0 < best <= rescaling_barrier(0.5, 50.0, 1.0, norm) * (1 + 1e-12)
 
 
-def test_best_weight_matching_keeps_the_largest_objective():
+def test_weight_matching_restarts_keep_the_largest_objective():
     a = ps.mlp([6, 12, 12, 3], "relu", dtype=F64, seed=12)
     b = ps.mlp([6, 12, 12, 3], "relu", dtype=F64, seed=13)
-    best, objectives = best_weight_matching(a, b, 3)
+    best = weight_matching(a, b, config=WeightMatchingConfig(restarts=3))
+    objectives = best.restart_objectives
     singles = [weight_matching(a, b, config=WeightMatchingConfig(seed=s)) for s in range(3)]
     assert objectives == [r.objective_after for r in singles]
     assert best.objective_after == max(objectives)
@@ -276,7 +276,7 @@ def test_best_weight_matching_keeps_the_largest_objective():
         matching_objective(ps.params_of(a), best.params, permutation_spec(a)), rel=1e-12
     )
     with pytest.raises(InvalidArgumentError, match="restarts"):
-        best_weight_matching(a, b, 0)
+        WeightMatchingConfig(restarts=0)
 
 
 def test_small_metrics():

@@ -39,7 +39,6 @@ from paramsym import data as datasets
 from paramsym.connectivity import (
     InterpolationResult,
     WeightMatchingConfig,
-    WeightMatchingResult,
     align_components,
     apply_permutations,
     chord_distance,
@@ -1080,17 +1079,6 @@ class PairMeasurement:
     function_change: float
 
 
-def best_weight_matching(
-    model_a: nn.Module, model_b: nn.Module, restarts: int
-) -> tuple[WeightMatchingResult, list[float]]:
-    """:func:`weight_matching` with ``restarts`` random group orders (its ``restarts``
-    option); the best result and J of every restart."""
-    if restarts < 1:
-        raise InvalidArgumentError(f"matching_restarts must be >= 1, got {restarts}")
-    result = weight_matching(model_a, model_b, config=WeightMatchingConfig(restarts=restarts))
-    return result, result.restart_objectives
-
-
 def measure_pair(
     model_a: nn.Module,
     model_b: nn.Module,
@@ -1099,9 +1087,9 @@ def measure_pair(
     restarts: int,
 ) -> PairMeasurement:
     """Test loss and error along the chord A → B and A → π·B, π from weight matching
-    (:func:`best_weight_matching`)."""
+    with ``restarts`` random group orders (the best is kept)."""
     start = time.perf_counter()
-    matched, objectives = best_weight_matching(model_a, model_b, restarts)
+    matched = weight_matching(model_a, model_b, config=WeightMatchingConfig(restarts=restarts))
     seconds = time.perf_counter() - start
     a, b = ps.params_of(model_a), ps.params_of(model_b)
     loss_fn = nn.CrossEntropyLoss()
@@ -1109,7 +1097,7 @@ def measure_pair(
         x = test[0]
         change = float((ps.functional_call(model_a, matched.params, x) - model_b(x)).abs().max())
     return PairMeasurement(
-        objectives=objectives,
+        objectives=matched.restart_objectives,
         naive_loss=linear_interpolation(model_a, loss_fn, test, a, b, alphas),
         matched_loss=linear_interpolation(model_a, loss_fn, test, a, matched.params, alphas),
         naive_error=linear_interpolation(model_a, error_rate, test, a, b, alphas),
