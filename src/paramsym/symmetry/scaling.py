@@ -19,7 +19,7 @@ neuron axis.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -36,7 +36,50 @@ from paramsym.symmetry.base import (
 )
 
 
-class PositiveScaling(NeuronSymmetry):
+class PositiveVectorGroup:
+    """Group operations of (R>0)^dim under the entrywise product, with the Lie algebra R^dim
+    and exp(ξ) = e^ξ: identity, sampling, exp, the first-order element, product and inverse.
+    Mixed into :class:`PositiveScaling` and the seed-000 ``GeneralizedScaling``; needs ``dim``,
+    ``check_element`` and ``check_xi`` from the class it is mixed into."""
+
+    dim: int
+
+    if TYPE_CHECKING:  # provided by the classes this is mixed into
+
+        def check_element(self, g: GroupElement) -> Tensor: ...
+
+        def check_xi(self, xi: Tensor) -> Tensor: ...
+
+    def identity(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> Tensor:
+        return torch.ones(self.dim, dtype=_default_dtype(dtype), device=device)
+
+    def sample(
+        self,
+        scale: float = 0.1,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        """``exp(ξ)`` with ξ i.i.d. N(0, scale²): log-normal scales around 1."""
+        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
+        return torch.exp(scale * xi).to(device)
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return torch.exp(self.check_xi(xi))
+
+    def linear_element(self, xi: Tensor) -> Tensor:
+        return 1.0 + self.check_xi(xi)
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        return self.check_element(g1) * self.check_element(g2)
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return 1.0 / self.check_element(g)
+
+
+class PositiveScaling(PositiveVectorGroup, NeuronSymmetry):
     """Multiplication of slots by powers of positive scales, one per neuron (or one in all).
 
     Args:
@@ -97,34 +140,6 @@ class PositiveScaling(NeuronSymmetry):
         # One common scale multiplies whole tensors. It commutes with every linear action but
         # not with a translation, so claim both axes of each tensor: products stay safe.
         return frozenset((s.name, axis, 0, None) for s in self.slots for axis in (0, 1))
-
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.ones(self.dim, dtype=_default_dtype(dtype), device=device)
-
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
-    ) -> Tensor:
-        """``exp(ξ)`` with ξ i.i.d. N(0, scale²): log-normal scales around 1."""
-        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
-        return torch.exp(scale * xi).to(device)
-
-    def exp(self, xi: Tensor) -> Tensor:
-        return torch.exp(self.check_xi(xi))
-
-    def linear_element(self, xi: Tensor) -> Tensor:
-        return 1.0 + self.check_xi(xi)
-
-    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
-        return self.check_element(g1) * self.check_element(g2)
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return 1.0 / self.check_element(g)
 
     def check_element(self, g: GroupElement) -> Tensor:
         g = self._element_tensor(g, (self.dim,), "a scale vector")

@@ -33,6 +33,7 @@ from paramsym.errors import (
     ShapeError,
 )
 from paramsym.symmetry.base import GroupElement, Region, Symmetry
+from paramsym.symmetry.scaling import PositiveVectorGroup
 from paramsym.teleportation.objectives import Batch, LossFn
 
 
@@ -94,7 +95,7 @@ class ScaledModel(nn.Module):
         return [GeneralizedScaling(self, prefix=prefix)]
 
 
-class GeneralizedScaling(Symmetry):
+class GeneralizedScaling(PositiveVectorGroup, Symmetry):
     """The per-entry positive scaling ``(c, θ') ↦ (c ⊙ s, θ' / s)`` of a :class:`ScaledModel`
     (seed 000 Eq. 47), a function symmetry of F̃ for every s > 0.
 
@@ -128,33 +129,6 @@ class GeneralizedScaling(Symmetry):
     @property
     def touched_regions(self) -> frozenset[Region]:
         return frozenset((name, 0, 0, None) for name in self.parameter_names)
-
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.ones(self.dim, dtype=dtype or torch.get_default_dtype(), device=device)
-
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
-    ) -> Tensor:
-        noise = torch.randn(self.dim, generator=generator, dtype=dtype or torch.get_default_dtype())
-        return torch.exp(scale * noise).to(device=device)
-
-    def exp(self, xi: Tensor) -> Tensor:
-        return torch.exp(self.check_xi(xi))
-
-    def linear_element(self, xi: Tensor) -> Tensor:
-        return 1.0 + self.check_xi(xi)
-
-    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
-        return self.check_element(g1) * self.check_element(g2)
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return 1.0 / self.check_element(g)
 
     def check_element(self, g: GroupElement) -> Tensor:
         g = self._element_tensor(g, (self.dim,), "an element")
