@@ -22,3 +22,52 @@ def randomize_(model: torch.nn.Module, generator: torch.Generator, std: float = 
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(std * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+
+
+def state_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers of ``model`` (detached): what symmetries that move running
+    statistics act on."""
+    return {**ps.params_of(model), **{k: b.detach() for k, b in model.named_buffers()}}
+
+
+def randomize_statistics_(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Give every BatchNorm non-default running statistics and affine parameters, so eval-mode
+    invariance tests would catch statistics that are not transformed."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+                shape, dtype = m.running_mean.shape, m.running_mean.dtype
+                m.running_mean.copy_(torch.randn(shape, generator=generator, dtype=dtype))
+                m.running_var.copy_(0.5 + torch.rand(shape, generator=generator, dtype=dtype))
+
+
+def moved_state(symmetry, state: dict[str, torch.Tensor], seed: int, scale: float = 0.5):
+    """``symmetry`` applied to ``state`` with a random element that really moves it (a random
+    permutation or sign vector may be the identity: draw again)."""
+    for attempt in range(50):
+        generator = torch.Generator().manual_seed(seed + 1000 * attempt)
+        g = symmetry.sample(scale=scale, generator=generator, dtype=torch.float64)
+        moved = symmetry.act(state, g)
+        if params_relative_error(moved, state) > 1e-6:
+            return moved
+    raise AssertionError(f"{symmetry.name}: no random element moved the parameters")
+
+
+def assert_exact_symmetries(
+    model: torch.nn.Module, x, found, tol: float = 1e-10, select=lambda y: y
+) -> float:
+    """Every symmetry in ``found`` marked exact and function-preserving leaves the output of
+    ``model`` (in its current mode; ``select`` picks a tensor from it) unchanged to ``tol``
+    relative; returns the largest error."""
+    state = state_of(model)
+    with torch.no_grad():
+        reference = select(ps.functional_call(model, state, x))
+        worst = 0.0
+        for i, s in enumerate(found):
+            if not (s.exact and s.preserves == "function"):
+                continue
+            moved = select(ps.functional_call(model, moved_state(s, state, i), x))
+            error = relative_error(moved, reference)
+            assert error <= tol, f"{s.name}: output changed by {error:.2e}"
+            worst = max(worst, error)
+    return worst

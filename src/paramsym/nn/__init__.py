@@ -1,6 +1,8 @@
 """Models and activations: the MLP builder, the NTK-parameterised layer, attention, LoRA and RBF
-blocks, a small transformer, and the activation registry."""
+blocks, a small transformer, the activation registry, and the test-model zoo
+(:mod:`paramsym.nn.zoo`: CNNs, ResNets, GPT-style and Hugging Face transformers, LSTMs)."""
 
+from paramsym.nn import zoo
 from paramsym.nn.activations import (
     ActivationSpec,
     Monomial,
@@ -29,4 +31,5 @@ __all__ = [
     "available_activations",
     "get_activation",
     "mlp",
+    "zoo",
 ]

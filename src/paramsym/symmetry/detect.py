@@ -1,6 +1,10 @@
-"""``symmetries(model)``: find the parameter-space symmetries of a model from its layers.
+"""``symmetries(model, example_input=x)``: find the parameter-space symmetries of a model.
 
-The model is walked from the root:
+With an ``example_input`` the forward is traced and the symmetries are found on the
+computation graph (:mod:`paramsym.symmetry.graph`): any architecture, any ``forward``. Modules
+with a block analyser (below) are analysed by it, and the graph leaves their parameters
+alone. Without one, or when the forward cannot be traced (with a warning naming torch's
+reason), the model's modules are walked from the root:
 
 * a module with a *block analyser* (see :func:`register_block`, and the
   ``paramsym_symmetries(prefix)`` method a user's module may define) is analysed as a whole:
@@ -123,31 +127,39 @@ class _Walker:
 
 def symmetries(
     model: nn.Module,
+    example_input: Any = None,
     strict: bool = False,
     data_dependent: bool = False,
     *,
     loss_fn: Callable[..., Any] | None = None,
 ) -> list[Symmetry]:
-    """Find the parameter-space symmetries of ``model`` from its layers.
+    """Find the parameter-space symmetries of ``model``.
 
     Args:
-        model: any ``nn.Module``. Chains (``nn.Sequential``) of ``nn.Linear``/
-            :class:`~paramsym.nn.NTKLinear`, activations (see
-            :func:`~paramsym.nn.activation_spec`), ``BatchNorm1d``, ``LayerNorm``, ``Dropout``,
-            ``Flatten`` and ``Softmax``/``LogSoftmax`` are analysed layer by layer; attention,
-            transformer layers, LoRA, RBF networks and landscapes as blocks (see the module
-            docstring).
-        strict: raise :class:`~paramsym.errors.UnsupportedModuleError` naming every module that
-            cannot be analysed, instead of warning.
+        model: any ``nn.Module``.
+        example_input: a batch the model accepts (a tensor, a tuple of positional inputs, or a
+            dict of keyword inputs such as ``{"input_ids": ids}``). The forward is traced on
+            it with ``torch.export`` and the symmetries are found on the graph: linear maps
+            (``Linear``, ``Conv1d/2d/3d`` with groups, ``ConvTranspose``, Hugging Face
+            ``Conv1D``, ``Embedding``), pointwise activations, normalisation layers (with
+            their running statistics), pooling, views and slices, and residual adds (one
+            group element on both operands). Without it, only ``nn.Sequential`` chains of
+            linear layers (see :mod:`paramsym.symmetry.chain`) and registered blocks are
+            analysed.
+        strict: raise :class:`~paramsym.errors.UnsupportedModuleError` naming every module
+            (or op) that cannot be analysed, and when the forward cannot be traced, instead
+            of warning.
         data_dependent: also return the data-dependent actions (whose ``act`` needs the input
             batch) of the hidden layers of a model that is an ``nn.Sequential``.
         loss_fn: the training loss; a softmax cross-entropy (``nn.CrossEntropyLoss`` or
             ``F.cross_entropy``) adds the last layer's translation as a loss symmetry.
 
     Returns:
-        The symmetries in model order (per hidden layer: continuous groups, then permutations
-        and sign flips, then data-dependent actions). Each knows the parameter names it acts
-        on (``parameter_names``), so it works on any params dict of this model.
+        The symmetries in model order (per feature space: continuous groups, then
+        permutations and sign flips, then data-dependent actions). Each knows the parameter
+        (and buffer) names it acts on (``parameter_names``), so it works on any params dict of
+        this model; symmetries that move BatchNorm running statistics need them in the dict
+        (``{**ps.params_of(model), **dict(model.named_buffers())}``).
 
     >>> import paramsym as ps
     >>> for s in ps.symmetries(ps.mlp([4, 8, 8, 3], activation="relu")):
@@ -162,25 +174,99 @@ def symmetries(
             f"symmetries: expected a torch.nn.Module, got {type(model).__name__}"
         )
     check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
+    if example_input is not None:
+        found = _from_graph(model, example_input, strict, data_dependent, loss_fn)
+        if found is not None:
+            return found
     walker = _Walker(loss_fn)
     walker.module(model, "", at_input=True, at_output=True)
     if walker.unanalysed:
-        _report(model, walker.unanalysed, strict)
+        if example_input is None and not walker.found and _needs_trace(model):
+            raise InvalidArgumentError(
+                f"symmetries({type(model).__name__}): '{type(model).__name__}' has its own "
+                "forward, which paramsym can only see by tracing it: pass "
+                "example_input=<a batch the model accepts>"
+            )
+        _report(model, walker.unanalysed, strict, traced=example_input is not None)
     found = walker.found
     if not data_dependent:
         found = [s for s in found if not s.data_dependent]
     return found
 
 
-def _report(model: nn.Module, unanalysed: list[str], strict: bool) -> None:
+def _needs_trace(model: nn.Module) -> bool:
+    return not isinstance(model, nn.Sequential) and _analyser(model) is None
+
+
+def _blocks(model: nn.Module, name: str = "") -> list[tuple[str, nn.Module]]:
+    """The outermost modules with a block analyser (the root included)."""
+    if _analyser(model) is not None:
+        return [(name, model)]
+    found = []
+    for child_name, child in model.named_children():
+        found += _blocks(child, _join(name, child_name))
+    return found
+
+
+def _from_graph(
+    model: nn.Module,
+    example_input: Any,
+    strict: bool,
+    data_dependent: bool,
+    loss_fn: Callable[..., Any] | None,
+) -> list[Symmetry] | None:
+    """Graph detection with the registered blocks; ``None`` after a failed trace (warned)."""
+    from paramsym.symmetry.graph import TraceError, analyse
+
+    label = type(model).__name__
+    try:
+        analysis = analyse(model, example_input, loss_fn)
+    except TraceError as failure:
+        message = (
+            f"symmetries: could not trace the forward of '{label}' ({failure.reason}); "
+            "falling back to the module-by-module analysis, which sees nn.Sequential chains "
+            "and registered blocks only"
+        )
+        if strict:
+            raise UnsupportedModuleError(message) from None
+        warnings.warn(message, UnanalysedModuleWarning, stacklevel=3)
+        return None
+    walker = _Walker(loss_fn)
+    covered: set[str] = set()
+    for name, block in _blocks(model):
+        walker.module(block, name, at_input=False, at_output=False)
+        prefix = f"{name}." if name else ""
+        covered.update(prefix + p for p, _ in block.named_parameters())
+    moves_block = {
+        s.name for s in analysis.symmetries if covered & set(s.parameter_names)
+    }  # graph symmetries touching a block's parameters: the block's analyser decides
+    found = [s for s in analysis.symmetries if s.name not in moves_block] + walker.found
+    parameters = {name for name, _ in model.named_parameters()}
+    unanalysed = [
+        f"parameter '{p}' ({why})"
+        for p, why in analysis.unexplained.items()
+        if p in parameters and p not in covered
+    ] + walker.unanalysed
+    if unanalysed:
+        _report(model, unanalysed, strict, traced=True)
+    if data_dependent and isinstance(model, nn.Sequential):
+        chain = _Walker(loss_fn)
+        chain.module(model, "", at_input=True, at_output=True)
+        found += [s for s in chain.found if s.data_dependent]
+    return found
+
+
+def _report(model: nn.Module, unanalysed: list[str], strict: bool, *, traced: bool) -> None:
     listing = "; ".join(unanalysed[:10])
     more = f"; and {len(unanalysed) - 10} more" if len(unanalysed) > 10 else ""
     root = ""
-    if not isinstance(model, nn.Sequential) and _analyser(model) is None:
-        root = (
-            f" '{type(model).__name__}' (the model) is not an nn.Sequential, so paramsym did not "
-            "see how its parts connect and analysed its known blocks only."
-        )
+    if not traced:
+        root = " Pass example_input=<a batch> to trace the forward and analyse its graph."
+        if _needs_trace(model):
+            root = (
+                f" '{type(model).__name__}' (the model) is not an nn.Sequential, so paramsym "
+                "did not see how its parts connect and analysed its known blocks only." + root
+            )
     if strict:
         raise UnsupportedModuleError(
             f"symmetries(strict=True): cannot analyse {len(unanalysed)} module(s): "

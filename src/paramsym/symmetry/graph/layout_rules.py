@@ -1,0 +1,199 @@
+"""Rules of layout ops: views, transposes, slices, splits and concatenations.
+
+They move features between axes without computing anything, so they create no spaces: a
+member travels to its new axis (:func:`~paramsym.symmetry.graph.values.reshape_axis` for
+views), a slice narrows it (and cuts the space there, so no group mixes the kept and the
+dropped features), and a parameter seen through ``t()``/``transpose`` remembers which of its
+own axes each axis is. A view that splits or interleaves features blocks them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paramsym.symmetry.graph.facts import ALL_FAMILIES, Member
+from paramsym.symmetry.graph.values import ParamValue, TensorValue, reshape_axis
+from paramsym.symmetry.graph.walk import OpCall, Walk, blank, rule
+
+
+def _shape(call: OpCall) -> tuple[int, ...]:
+    return tuple(call.shape)
+
+
+@rule("view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as")
+def view(walk: Walk, call: OpCall) -> Any:
+    x, out_shape = call.args[0], _shape(call)
+    if isinstance(x, ParamValue):
+        if tuple(x.shape) == out_shape:
+            return x
+        return _param_view(walk, call, x, out_shape)
+    if not isinstance(x, TensorValue):
+        return walk.fallback(call)
+    axes: dict[int, Member] = {}
+    for axis, member in x.axes.items():
+        moved = reshape_axis(x.shape, out_shape, axis, member)
+        if moved is None:
+            walk.facts.block(member, ALL_FAMILIES, f"{call.where} splits or interleaves features")
+        else:
+            axes[moved[0]] = moved[1]
+    return TensorValue(out_shape, axes)
+
+
+def _param_view(walk: Walk, call: OpCall, x: ParamValue, out_shape: tuple[int, ...]) -> Any:
+    """A parameter viewed with size-1 axes added or removed keeps its axes; anything else is
+    an unrecognised use."""
+    kept = [d for d, s in zip(x.dims, x.shape, strict=True) if s != 1]
+    if [s for s in x.shape if s != 1] == [s for s in out_shape if s != 1]:
+        it = iter(kept)
+        dims = tuple(next(it) if s != 1 else None for s in out_shape)
+        return ParamValue(x.name, out_shape, dims, x.buffer)
+    walk.unexplained(x, call)
+    return TensorValue(out_shape)
+
+
+@rule("permute", "transpose", "t", "swapaxes", "movedim", "numpy_T", "mT")
+def permute(walk: Walk, call: OpCall) -> Any:
+    x = call.args[0]
+    if not isinstance(x, (TensorValue, ParamValue)):
+        return walk.fallback(call)
+    n = x.ndim
+    order = list(range(n))
+    if call.op == "permute":
+        order = [int(d) % n for d in call.args[1]]
+    elif call.op in ("transpose", "swapaxes"):
+        a, b = int(call.args[1]) % n, int(call.args[2]) % n
+        order[a], order[b] = order[b], order[a]
+    elif call.op in ("t", "numpy_T", "mT") and n >= 2:
+        order[-1], order[-2] = order[-2], order[-1]
+    elif call.op == "movedim":
+        source, dest = int(call.args[1]) % n, int(call.args[2]) % n
+        order.remove(source)
+        order.insert(dest, source)
+    if isinstance(x, ParamValue):
+        dims = tuple(x.dims[i] for i in order)
+        return ParamValue(x.name, tuple(x.shape[i] for i in order), dims, x.buffer)
+    inverse = {old: new for new, old in enumerate(order)}
+    return TensorValue(_shape(call), {inverse[a]: m for a, m in x.axes.items()})
+
+
+@rule("unsqueeze", "squeeze", "expand", "expand_as", "broadcast_to")
+def add_or_drop_unit_axes(walk: Walk, call: OpCall) -> Any:
+    """Axes of size 1 come and go (``expand`` repeats size-1 axes): members keep their order."""
+    x, out_shape = call.args[0], _shape(call)
+    if not isinstance(x, (TensorValue, ParamValue)):
+        return walk.fallback(call)
+    if isinstance(x, ParamValue):
+        return _param_unit_axes(walk, call, x, out_shape)
+    if call.op in ("expand", "expand_as", "broadcast_to"):
+        offset = len(out_shape) - x.ndim
+        return TensorValue(out_shape, {a + offset: m for a, m in x.axes.items()})
+    real_in = [a for a, s in enumerate(x.shape) if s != 1]
+    real_out = [a for a, s in enumerate(out_shape) if s != 1]
+    if len(real_in) != len(real_out):
+        return walk.fallback(call)
+    mapping = dict(zip(real_in, real_out, strict=True))
+    axes = {mapping[a]: m for a, m in x.axes.items() if a in mapping}
+    return TensorValue(out_shape, axes)
+
+
+def _param_unit_axes(walk: Walk, call: OpCall, x: ParamValue, out_shape: tuple[int, ...]) -> Any:
+    if call.op in ("expand", "expand_as", "broadcast_to"):
+        offset = len(out_shape) - x.ndim
+        dims = tuple([None] * offset) + tuple(
+            d if s == o else None
+            for d, s, o in zip(x.dims, x.shape, out_shape[offset:], strict=True)
+        )
+        if any(s != o and s != 1 for s, o in zip(x.shape, out_shape[offset:], strict=True)):
+            walk.unexplained(x, call)
+            return TensorValue(out_shape)
+        # an expanded size-1 axis is a broadcast: keep the parameter's real axes only
+        return ParamValue(x.name, out_shape, dims, x.buffer)
+    return _param_view(walk, call, x, out_shape)
+
+
+@rule("contiguous", "clone", "alias", "detach", "_to_copy", "to", "type_as", "lift_fresh_copy",
+      "_assert_tensor_metadata", "dropout_")  # fmt: skip
+def identity(walk: Walk, call: OpCall) -> Any:
+    x = call.args[0]
+    if call.op == "_assert_tensor_metadata":
+        return None
+    return x if isinstance(x, (TensorValue, ParamValue)) else walk.fallback(call)
+
+
+@rule("slice")
+def slice_(walk: Walk, call: OpCall) -> Any:
+    x = call.args[0]
+    if not isinstance(x, TensorValue):
+        return walk.fallback(call)
+    axis = x.axis(int(call.arg(1, "dim", 0)))
+    size = x.shape[axis]
+    start, stop, step = call.arg(2, "start"), call.arg(3, "end"), call.arg(4, "step", 1)
+    start = 0 if start is None else int(start)
+    stop = size if stop is None else min(int(stop), size)
+    start, stop = (start + size if start < 0 else start), (stop + size if stop < 0 else stop)
+    axes = dict(x.axes)
+    member = axes.pop(axis, None)
+    if member is not None:
+        narrowed = _narrow(walk, call, member, start, stop, int(step))
+        if narrowed is not None:
+            axes[axis] = narrowed
+    return TensorValue(_shape(call), axes)
+
+
+def _narrow(
+    walk: Walk, call: OpCall, member: Member, start: int, stop: int, step: int = 1
+) -> Member | None:
+    """``member`` restricted to its tensor positions ``[start, stop)``; the dropped features
+    are cut off (blocked if the slice does not fall on feature boundaries)."""
+    if step != 1 or start % member.block or stop % member.block:
+        walk.facts.block(member, ALL_FAMILIES, f"{call.where} slices inside features")
+        return None
+    narrowed = member.narrow(start // member.block, stop // member.block)
+    walk.facts.cut(Member(member.space, narrowed.start, narrowed.stop), narrowed.width or 1)
+    walk.facts.cut(Member(member.space, member.start, member.stop), member.width or 1)
+    return narrowed
+
+
+@rule("select")
+def select(walk: Walk, call: OpCall) -> Any:
+    x = call.args[0]
+    if not isinstance(x, TensorValue):
+        return walk.fallback(call)
+    axis = x.axis(int(call.args[1]))
+    if axis in x.axes:
+        walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} selects one feature")
+    axes = {(a if a < axis else a - 1): m for a, m in x.axes.items() if a != axis}
+    return TensorValue(_shape(call), axes)
+
+
+@rule("split", "split_with_sizes", "chunk", "unbind", "tensor_split")
+def split(walk: Walk, call: OpCall) -> Any:
+    x = call.args[0]
+    if not isinstance(x, TensorValue) or not isinstance(call.shape, list):
+        return walk.fallback(call)
+    dim_index = {"split": 2, "split_with_sizes": 2, "chunk": 2, "unbind": 1, "tensor_split": 2}
+    axis = x.axis(int(call.arg(dim_index[call.op], "dim", 0)))
+    outputs, position = [], 0
+    for shape in call.shape:
+        shape = tuple(shape)
+        axes = {}
+        for a, member in x.axes.items():
+            if a != axis:
+                axes[a if call.op != "unbind" or a < axis else a - 1] = member
+            elif call.op != "unbind":
+                narrowed = _narrow(walk, call, member, position, position + shape[axis])
+                if narrowed is not None:
+                    axes[a] = narrowed
+        if call.op == "unbind" and axis in x.axes:
+            walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} unbinds features")
+        position += shape[axis] if call.op != "unbind" else 1
+        outputs.append(TensorValue(shape, axes))
+    return outputs
+
+
+@rule("getitem")
+def getitem(walk: Walk, call: OpCall) -> Any:
+    container, index = call.args[0], call.args[1]
+    if isinstance(container, (list, tuple)):
+        return container[index]
+    return blank(call.shape)

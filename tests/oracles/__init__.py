@@ -1,0 +1,1 @@
+"""Test oracles: outside references that paramsym's own results are checked against."""

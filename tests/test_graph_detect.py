@@ -1,0 +1,299 @@
+"""Detection on the traced graph: CNNs, ResNets, residual MLPs and transformers written the
+usual way (custom ``forward``, eval mode, non-default BatchNorm statistics), each symmetry
+checked against the model's own output in float64."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+import paramsym as ps
+from helpers import assert_exact_symmetries, randomize_statistics_
+from paramsym.nn.zoo import ZOO, available_zoo
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """The models here are built and checked in float64 (restored after the module)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def found_names(model, x, **kwargs):
+    return [(s.name, s.group) for s in ps.symmetries(model, example_input=x, **kwargs)]
+
+
+class ConvNet(nn.Module):
+    """conv → [norm] → act → conv(groups) → [norm] → act → [residual] → pool → linear."""
+
+    def __init__(self, dims, c1, c2, kernel, activation, norm, residual, depthwise, bias):
+        super().__init__()
+        conv = nn.Conv1d if dims == 1 else nn.Conv2d
+        batch_norm = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d
+        if residual or depthwise:
+            c2 = c1
+        self.conv1 = conv(2, c1, kernel, padding=kernel // 2, bias=bias)
+        self.conv2 = conv(
+            c1, c2, kernel, padding=kernel // 2, groups=c1 if depthwise else 1, bias=bias
+        )
+
+        def make_norm(c):
+            if norm == "batch":
+                return batch_norm(c)
+            if norm == "group" and c % 2 == 0:
+                return nn.GroupNorm(2, c)
+            return nn.Identity()
+
+        self.norm1, self.norm2 = make_norm(c1), make_norm(c2)
+        self.act = ps.nn.get_activation(activation).make_module()
+        self.residual = residual
+        self.fc = nn.Linear(c2, 3)
+
+    def forward(self, x):
+        h = self.act(self.norm1(self.conv1(x)))
+        z = self.norm2(self.conv2(h))
+        h = self.act(h + z) if self.residual else self.act(z)
+        return self.fc(h.flatten(2).mean(-1))
+
+
+@given(
+    dims=st.sampled_from([1, 2]),
+    c1=st.integers(1, 5),
+    c2=st.integers(1, 5),
+    kernel=st.sampled_from([1, 3]),
+    activation=st.sampled_from(["relu", "leaky_relu", "tanh", "identity", "gelu"]),
+    norm=st.sampled_from(["none", "batch", "group"]),
+    residual=st.booleans(),
+    depthwise=st.booleans(),
+    bias=st.booleans(),
+    seed=st.integers(0, 99),
+)
+def test_every_exact_symmetry_of_a_conv_net_keeps_its_output(
+    dims, c1, c2, kernel, activation, norm, residual, depthwise, bias, seed
+):
+    generator = torch.Generator().manual_seed(seed)
+    model = ConvNet(dims, c1, c2, kernel, activation, norm, residual, depthwise, bias).eval()
+    randomize_statistics_(model, generator)
+    x = torch.randn((4, 2, 5) if dims == 1 else (4, 2, 5, 5), generator=generator)
+    found = ps.symmetries(model, example_input=x)
+    assert_exact_symmetries(model, x, found)
+    # the first hidden layer always has its permutations (a pointwise σ and a norm between)
+    assert any(s.name.startswith("permutation[conv1") for s in found) == (c1 > 1)
+
+
+def test_cnn_catalogue_from_the_issue():
+    model = ZOO["cnn"].build()
+    x = ZOO["cnn"].example_input(torch.Generator().manual_seed(0))
+    assert found_names(model, x) == [
+        ("rescaling[conv1->conv2]", "(R>0)^8"),
+        ("permutation[conv1->conv2]", "S_8"),
+        ("rescaling[conv2->fc]", "(R>0)^8"),
+        ("permutation[conv2->fc]", "S_8"),
+    ]
+
+
+def test_batchnorm_cnn_moves_running_statistics_and_marks_eps_approximate():
+    model = ZOO["cnn-bn"].build()
+    x = ZOO["cnn-bn"].example_input(torch.Generator().manual_seed(0))
+    found = {s.name: s for s in ps.symmetries(model, example_input=x)}
+    assert list(found) == [
+        "norm_scaling[conv1->bn1]",
+        "permutation[conv1->conv2]",
+        "rescaling[bn1->conv2]",
+        "norm_scaling[conv2->bn2]",
+        "permutation[conv2->fc]",
+        "rescaling[bn2->fc]",
+    ]
+    permutation = found["permutation[conv1->conv2]"]
+    assert {"bn1.running_mean", "bn1.running_var"} <= set(permutation.parameter_names)
+    scaling = found["norm_scaling[conv1->bn1]"]
+    assert not scaling.exact
+    assert "eps=1e-05" in " ".join(scaling.notes)
+    powers = {slot.name: slot.power for slot in scaling.slots}
+    assert powers == {
+        "conv1.weight": 1.0,
+        "conv1.bias": 1.0,
+        "bn1.running_mean": 1.0,
+        "bn1.running_var": 2.0,
+    }
+    assert_exact_symmetries(model, x, list(found.values()))
+    # with eps = 0 the BatchNorm invariance is exact (the statistics scale with the input)
+    for bn in (model.bn1, model.bn2):
+        bn.eps = 0.0
+    exact = ps.symmetries(model, example_input=x)
+    assert all(s.exact for s in exact)
+    assert_exact_symmetries(model, x, exact)
+
+
+def test_running_statistics_must_be_given_to_symmetries_that_move_them():
+    model = ZOO["cnn-bn"].build()
+    x = ZOO["cnn-bn"].example_input(torch.Generator().manual_seed(0))
+    permutation = next(
+        s for s in ps.symmetries(model, example_input=x) if s.name.startswith("permutation")
+    )
+    with pytest.raises(ps.MissingParameterError, match=r"bn1\.running_mean"):
+        permutation.act(ps.params_of(model), permutation.identity())
+
+
+def test_tanh_conv1d_has_sign_flips_and_relu_layer_rescaling():
+    model = ZOO["cnn1d-tanh"].build()
+    x = ZOO["cnn1d-tanh"].example_input(torch.Generator().manual_seed(0))
+    assert found_names(model, x) == [
+        ("rescaling[conv1->conv2]", "(R>0)^8"),
+        ("permutation[conv1->conv2]", "S_8"),
+        ("permutation[conv2->fc]", "S_8"),
+        ("sign_flip[conv2->fc]", "(Z_2)^8"),
+    ]
+
+
+def test_residual_mlp_stream_gets_gl_and_the_inner_layer_keeps_its_own():
+    model = ZOO["residual-mlp"].build()
+    x = ZOO["residual-mlp"].example_input(torch.Generator().manual_seed(0))
+    found = ps.symmetries(model, example_input=x)
+    assert [(s.name, s.group) for s in found] == [
+        ("GL[inp,f2->f1,out]", "GL(8)"),
+        ("permutation[inp,f2->f1,out]", "S_8"),
+        ("sign_flip[inp,f2->f1,out]", "(Z_2)^8"),
+        ("rescaling[f1->f2]", "(R>0)^16"),
+        ("permutation[f1->f2]", "S_16"),
+    ]
+    assert_exact_symmetries(model, x, found)
+
+
+def test_resnet_stream_permutation_is_shared_by_every_block_of_a_stage():
+    entry = ZOO["resnet18-tiny"]
+    model, x = entry.build(), entry.example_input(torch.Generator().manual_seed(0))
+    found = ps.symmetries(model, example_input=x)
+    assert_exact_symmetries(model, x, found)
+    streams = [s for s in found if s.name.startswith("permutation[") and "," in s.name]
+    assert len(streams) == 4  # one residual stream per stage
+    last = streams[-1]
+    touched = set(last.parameter_names)
+    for name in ("layer4.0.conv2.weight", "layer4.0.downsample.0.weight", "layer4.1.conv2.weight",
+                 "layer4.1.conv1.weight", "fc.weight", "layer4.1.bn2.running_var"):  # fmt: skip
+        assert name in touched
+    inner = [s for s in found if s.name == "permutation[layer3.0.conv1->layer3.0.conv2]"]
+    assert len(inner) == 1
+    assert inner[0].width == 8
+
+
+def test_sequential_mlps_get_the_same_catalogue_from_the_graph():
+    for activation in ("relu", "leaky_relu", "identity", "tanh", "sigmoid", "gelu"):
+        model = ps.mlp([4, 5, 5, 3], activation=activation, dtype=torch.float64)
+        x = torch.randn(6, 4)
+        by_layers = [(s.name, s.group, s.exact) for s in ps.symmetries(model)]
+        by_graph = [(s.name, s.group, s.exact) for s in ps.symmetries(model, example_input=x)]
+        assert by_graph == by_layers, activation
+
+
+def test_softmax_cross_entropy_adds_the_last_layer_translation():
+    model = ps.mlp([4, 5, 3], activation="relu", dtype=torch.float64)
+    x = torch.randn(6, 4)
+    found = ps.symmetries(model, example_input=x, loss_fn=nn.CrossEntropyLoss())
+    assert found[-1].name == "translation[2]"
+    assert found[-1].preserves == "loss"
+
+
+def test_reused_layers_and_tied_weights_tie_permutations_and_block_the_rest():
+    """One Linear applied twice: its rows and columns serve two feature spaces each, so a
+    permutation must act on all of them alike (one element); a rescaling would need c on one
+    use and 1/c on the other, so none is claimed."""
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.shared, self.out = nn.Linear(3, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = torch.relu(self.shared(torch.relu(self.inp(x))))
+            return self.out(torch.relu(self.shared(h)))
+
+    model = Twice()
+    x = torch.randn(5, 3)
+    found = ps.symmetries(model, example_input=x)
+    assert [(s.name, s.group) for s in found] == [("permutation[inp,shared->shared,out]", "S_4")]
+    assert_exact_symmetries(model, x, found)
+
+    class TiedAutoencoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.Linear(6, 4)
+            self.mid = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.relu(self.mid(torch.relu(self.enc(x))))
+            return nn.functional.linear(h, self.enc.weight.T)
+
+    model = TiedAutoencoder()
+    x = torch.randn(5, 6)
+    found = ps.symmetries(model, example_input=x)
+    assert_exact_symmetries(model, x, found)
+    # the encoder's rows are the decoder's columns: a permutation of the 4 code units moves
+    # both consistently; a rescaling would scale one use by c and the other by 1/c
+    assert [s.name for s in found] == ["permutation[enc,mid->mid,enc]"]
+
+
+def test_untraceable_forward_falls_back_with_the_reason():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent Python control flow
+                return self.body(x)
+            return -self.body(x)
+
+    x = torch.ones(2, 3)
+    with pytest.warns(ps.UnanalysedModuleWarning, match="could not trace the forward of 'Branchy'"):
+        found = ps.symmetries(Branchy(), example_input=x)
+    assert [s.name for s in found] == ["rescaling[body.0->body.2]", "permutation[body.0->body.2]"]
+    with pytest.raises(ps.UnsupportedModuleError, match="Branchy"):
+        ps.symmetries(Branchy(), example_input=x, strict=True)
+
+
+def test_custom_forward_without_example_input_is_a_clear_error():
+    model = ZOO["residual-mlp"].build()
+    with pytest.raises(ps.InvalidArgumentError, match="example_input"):
+        ps.symmetries(model)
+
+
+def test_unknown_op_on_a_parameter_is_reported_and_never_moved():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)) * torch.cumsum(self.a.bias, 0))
+
+    x = torch.randn(5, 3)
+    with pytest.warns(ps.UnanalysedModuleWarning, match=r"a\.bias.*cumsum"):
+        found = ps.symmetries(Odd(), example_input=x)
+    assert all("a.bias" not in s.parameter_names for s in found)
+    with pytest.raises(ps.UnsupportedModuleError, match="cumsum"):
+        ps.symmetries(Odd(), example_input=x, strict=True)
+
+
+def first_tensor(out):
+    """The first tensor of a tuple or a Hugging Face ModelOutput."""
+    if isinstance(out, tuple):
+        return out[0]
+    return getattr(out, "last_hidden_state", out)
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO if n in available_zoo()])
+def test_every_zoo_model_keeps_its_output_under_every_exact_symmetry(name):
+    entry = ZOO[name]
+    model, x = entry.build(), entry.example_input(torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
+        found = ps.symmetries(model, example_input=x)
+    assert_exact_symmetries(model, x, found, select=first_tensor)
