@@ -297,3 +297,95 @@ def test_every_zoo_model_keeps_its_output_under_every_exact_symmetry(name):
         warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
         found = ps.symmetries(model, example_input=x)
     assert_exact_symmetries(model, x, found, select=first_tensor)
+
+
+@pytest.mark.parametrize("name", ["gpt", "gpt-packed"])
+def test_gpt_style_attention_has_per_head_qk_vo_and_head_permutations(name):
+    entry = ZOO[name]
+    model, x = entry.build(), entry.example_input(torch.Generator().manual_seed(0))
+    found = {s.name: s for s in ps.symmetries(model, example_input=x)}
+    for layer in (0, 1):
+        for head in (0, 1):
+            qk = found[f"attention_QK[h.{layer}.attn.head{head}]"]
+            vo = found[f"attention_VO[h.{layer}.attn.head{head}]"]
+            assert (qk.group, vo.group) == ("GL(8)", "GL(8)")
+            assert f"permutation[h.{layer}.attn.head{head}.QK]" in found
+        assert found[f"head_permutation[h.{layer}.attn]"].group == "S_2"
+        assert found[f"permutation[h.{layer}.mlp.fc->h.{layer}.mlp.proj]"].group == "S_64"
+    stream = [s for s in found.values() if s.name.startswith("permutation[wte")]
+    assert len(stream) == 1
+    assert {"wte.weight", "wpe.weight", "h.1.mlp.proj.weight", "lm_head.weight"} <= set(
+        stream[0].parameter_names
+    )
+    # the keys move by g⁻ᵀ: the query rows get power +1, the key rows −1
+    qk = found["attention_QK[h.0.attn.head1]"]
+    powers = {(s.name, s.offset): s.power for s in qk.slots}
+    if name == "gpt":
+        assert powers[("h.0.attn.q_proj.weight", 8)] == 1.0
+        assert powers[("h.0.attn.k_proj.weight", 8)] == -1.0
+    else:
+        assert powers[("h.0.attn.c_attn.weight", 8)] == 1.0
+        assert powers[("h.0.attn.c_attn.weight", 24)] == -1.0
+    assert_exact_symmetries(model, x, list(found.values()))
+
+
+def test_hugging_face_bert_from_the_issue_lists_the_attention_symmetries():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        num_hidden_layers=1,
+        hidden_size=16,
+        num_attention_heads=2,
+        intermediate_size=32,
+        vocab_size=32,
+        max_position_embeddings=16,
+    )
+    model = transformers.BertModel(config, add_pooling_layer=False).eval()
+    ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
+    found = {s.name: s for s in ps.symmetries(model, example_input=ids)}
+    prefix = "encoder.layer.0.attention.self"
+    for head in (0, 1):
+        assert found[f"attention_QK[{prefix}.head{head}]"].group == "GL(8)"
+        assert found[f"attention_VO[{prefix}.head{head}]"].group == "GL(8)"
+    assert found[f"head_permutation[{prefix}]"].group == "S_2"
+    mlp = "permutation[encoder.layer.0.intermediate.dense->encoder.layer.0.output.dense]"
+    assert found[mlp].group == "S_32"
+    assert_exact_symmetries(model, ids, list(found.values()), select=first_tensor)
+
+
+@pytest.mark.parametrize(("cell", "sign"), [("lstm", True), ("gru", True)])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_recurrent_hidden_units_permute_across_gates(cell, sign, layers):
+    torch.manual_seed(0)
+    model = ps.nn.zoo.LSTMClassifier(cell=cell, num_layers=layers).eval()
+    x = torch.randn(3, 5, 4)
+    found = ps.symmetries(model, example_input=x)
+    names = [s.name for s in found]
+    assert [n for n in names if "fc" in n] == ["permutation[rnn->rnn,fc]", "sign_flip[rnn->rnn,fc]"]
+    assert len([n for n in names if n.startswith("permutation")]) == layers
+    assert len([n for n in names if n.startswith("sign_flip")]) == layers * sign
+    permutation = found[0]
+    gates = 4 if cell == "lstm" else 3
+    rows = [s for s in permutation.slots if s.name == "rnn.weight_ih_l0"]
+    assert sorted(s.offset for s in rows) == [8 * k for k in range(gates)]
+    assert_exact_symmetries(model, x, found)
+
+
+def test_recurrent_layers_with_a_given_initial_state_or_both_directions_are_blocked():
+    class WithState(nn.Module):
+        def __init__(self, bidirectional=False):
+            super().__init__()
+            self.rnn = nn.LSTM(4, 6, batch_first=True, bidirectional=bidirectional)
+            self.fc = nn.Linear(12 if bidirectional else 6, 2)
+            self.given = not bidirectional
+
+        def forward(self, x):
+            if self.given:
+                h0 = torch.ones(1, x.shape[0], 6)
+                out, _ = self.rnn(x, (h0, h0))
+            else:
+                out, _ = self.rnn(x)
+            return self.fc(out[:, -1])
+
+    x = torch.randn(2, 5, 4)
+    for model in (WithState(), WithState(bidirectional=True)):
+        assert ps.symmetries(model.eval(), example_input=x) == []

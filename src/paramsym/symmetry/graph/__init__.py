@@ -24,7 +24,9 @@ from torch import nn
 from paramsym.symmetry.base import Preserves, Symmetry
 from paramsym.symmetry.graph import arith_rules as _arith  # noqa: F401  (registers rules)
 from paramsym.symmetry.graph import layout_rules as _layout  # noqa: F401
+from paramsym.symmetry.graph import recurrent_rules as _recurrent  # noqa: F401
 from paramsym.symmetry.graph import rules as _rules  # noqa: F401
+from paramsym.symmetry.graph.attention_rules import attention_role, head_permutations
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
 from paramsym.symmetry.graph.trace import TracedGraph, TraceError, trace_forward
@@ -81,8 +83,9 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
     for family in _SEARCH:
         family_classes = classes(facts, family)
         conflicted = conflicts(family_classes)
+        usable = {id(c) for c in family_classes if valid(c, facts.unexplained, conflicted)}
         for cls in family_classes:
-            if not valid(cls, facts.unexplained, conflicted):
+            if id(cls) not in usable:
                 continue
             if family is Family.PERMUTATION and cls.width < 2:
                 continue  # S_1 is trivial
@@ -98,7 +101,15 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
                 for space, _, _ in sorted(cls.atoms)
                 if family in facts.spaces[space].sources
             ]
-            found.append((cls.key, _ORDER[family], build(cls, family, slots, producers)))
+            role = attention_role(facts, cls.atoms)
+            symmetry = build(cls, family, slots, producers, role)
+            found.append((cls.key, _ORDER[family], symmetry))
+        if family is Family.PERMUTATION:
+            class_of = {atom: c for c in family_classes for atom in c.atoms}
+            for key, symmetry in head_permutations(
+                facts, class_of, usable, lambda c: slots_of(c, Family.PERMUTATION, shapes)
+            ):
+                found.append((key, 3, symmetry))
     found.sort(key=lambda item: (item[0], item[1]))
     return _unique([s for _, _, s in found])
 

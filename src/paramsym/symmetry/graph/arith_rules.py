@@ -92,7 +92,12 @@ def _elementwise(
         if len(members) > 1:
             passing &= shared
         like = members[0] if members else Member(-1, 0, out_shape[j])
-        sources = frozenset(passing) if not members else frozenset()
+        # parameters alone (added to or scaling something constant across the features)
+        # produce the features where their law moves them as features: re-indexing only
+        # for a multiplier
+        sources = frozenset() if members else frozenset(passing)
+        if param_law is Law.INVARIANT:
+            sources &= PERM
         out = fresh(walk, like, call.module, sources)
         for m in members:
             facts.link(m, out, frozenset(passing))
@@ -108,10 +113,43 @@ def _elementwise(
             and all(value.original(a) is None or value.shape[a] == 1 for a in range(value.ndim))
         ):
             walk.unexplained(value, call)
-    return TensorValue(out_shape, axes)
+    return TensorValue(out_shape, axes, _head_axes(walk, call, tensors, table, axes))
 
 
-@rule("add", "sub", "rsub")
+def _head_axes(
+    walk: Walk,
+    call: OpCall,
+    tensors: list[Any],
+    table: list[list[int | None]],
+    axes: dict[int, Member],
+) -> dict[int, int]:
+    """Head axes of the output: those of the head-split operands, which must agree; any other
+    operand must be constant along a head axis (a per-head factor would break the heads)."""
+    found: dict[int, int] = {}
+    for j, member in axes.items():
+        if member.heads == 1:
+            continue
+        heads = set()
+        for value, rows in zip(tensors, table, strict=True):
+            a = rows[j]
+            if isinstance(value, TensorValue) and a is not None and a in value.head_axes:
+                heads.add(rows.index(value.head_axes[a]))
+        varying = [
+            value
+            for value, rows in zip(tensors, table, strict=True)
+            for h in heads
+            if rows[h] is not None
+            and value.shape[rows[h]] > 1
+            and not (isinstance(value, TensorValue) and rows[j] in value.head_axes)
+        ]
+        if len(heads) != 1 or varying:
+            walk.facts.block(member, ALL_FAMILIES, f"{call.where} mixes attention heads")
+            continue
+        found[j] = heads.pop()
+    return found
+
+
+@rule("add", "sub", "rsub", heads=True)
 def add(walk: Walk, call: OpCall) -> Any:
     operands = [call.args[0], call.args[1]]
     alpha = call.kwargs.get("alpha", 1)
@@ -128,7 +166,7 @@ def add(walk: Walk, call: OpCall) -> Any:
     )
 
 
-@rule("mul", "div")
+@rule("mul", "div", heads=True)
 def mul(walk: Walk, call: OpCall) -> Any:
     a, b = call.args[0], call.args[1]
     if not any(isinstance(v, TensorValue) for v in (a, b)):

@@ -68,16 +68,25 @@ class Law(str, enum.Enum):
 @dataclass(frozen=True)
 class Member:
     """Features ``[start, stop)`` of space ``space`` along one tensor axis, each repeated
-    ``block`` times contiguously (``block > 1`` after flattening (C, H, W) to C·H·W)."""
+    ``block`` times contiguously (``block > 1`` after flattening (C, H, W) to C·H·W).
+
+    ``heads > 1``: the features were split into ``heads`` equal runs (attention heads) and the
+    axis holds one run, the run being chosen by another axis of the tensor (its head axis,
+    see :attr:`~paramsym.symmetry.graph.values.TensorValue.head_axes`)."""
 
     space: int
     start: int
     stop: int
     block: int = 1
+    heads: int = 1
 
     @property
     def width(self) -> int:
         return self.stop - self.start
+
+    @property
+    def head_width(self) -> int:
+        return self.width // self.heads
 
     def narrow(self, start: int, stop: int) -> Member:
         """Features ``[start, stop)`` counted within this member."""
@@ -86,10 +95,14 @@ class Member:
 
 @dataclass(frozen=True)
 class Link:
+    """``b`` carries the element of ``a``: for rescaling raised to ``ratio`` (σ of degree α:
+    c ↦ c^α); with ``dual``, contragrediently (g ↦ g⁻ᵀ, c ↦ c⁻¹: a key against its query)."""
+
     a: Member
     b: Member
     families: frozenset[Family]
-    ratio: float = 1.0  # scaling: the exponent at b is ratio × the exponent at a
+    ratio: float = 1.0
+    dual: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,18 @@ class Cut:
     position: int
 
 
+@dataclass(frozen=True)
+class Attention:
+    """One ``scaled_dot_product_attention``: its head-split query, key and value members and
+    the output member (heads on the same axis as the value's)."""
+
+    module: str
+    query: Member
+    key: Member
+    value: Member
+    output: Member
+
+
 @dataclass
 class Space:
     """A feature space of ``width`` features, created by an op of ``module``. ``sources``:
@@ -149,6 +174,7 @@ class Facts:
     blocks: list[Block] = field(default_factory=list)
     absorbs: list[Absorb] = field(default_factory=list)
     cuts: list[Cut] = field(default_factory=list)
+    attention: list[Attention] = field(default_factory=list)
     unexplained: dict[str, str] = field(default_factory=dict)  # parameter -> why
 
     def new_space(
@@ -159,14 +185,20 @@ class Facts:
         return Member(space.index, 0, space.width)
 
     def link(
-        self, a: Member | None, b: Member, families: frozenset[Family], ratio: float = 1.0
+        self,
+        a: Member | None,
+        b: Member,
+        families: frozenset[Family],
+        ratio: float = 1.0,
+        *,
+        dual: bool = False,
     ) -> None:
         """Link ``a`` and ``b`` in ``families`` (nothing when ``a`` is None: then ``b`` stays
         unlinked, so fixed unless its space is a source)."""
         if a is not None and families:
             if a.width != b.width:
                 raise AssertionError(f"linking members of widths {a.width} and {b.width}")
-            self.links.append(Link(a, b, frozenset(families), ratio))
+            self.links.append(Link(a, b, frozenset(families), ratio, dual))
 
     def block(self, member: Member | None, families: frozenset[Family], reason: str) -> None:
         if member is not None and families:

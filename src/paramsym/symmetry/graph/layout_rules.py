@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paramsym.symmetry.graph.attention_rules import split_or_merge_heads
 from paramsym.symmetry.graph.facts import ALL_FAMILIES, Member
 from paramsym.symmetry.graph.values import ParamValue, TensorValue, reshape_axis
 from paramsym.symmetry.graph.walk import OpCall, Walk, blank, rule
@@ -20,7 +21,9 @@ def _shape(call: OpCall) -> tuple[int, ...]:
     return tuple(call.shape)
 
 
-@rule("view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as")
+@rule(
+    "view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as", heads=True
+)
 def view(walk: Walk, call: OpCall) -> Any:
     x, out_shape = call.args[0], _shape(call)
     if isinstance(x, ParamValue):
@@ -29,14 +32,28 @@ def view(walk: Walk, call: OpCall) -> Any:
         return _param_view(walk, call, x, out_shape)
     if not isinstance(x, TensorValue):
         return walk.fallback(call)
+    if x.shape == out_shape:
+        return x
     axes: dict[int, Member] = {}
+    head_axes: dict[int, int] = {}
+    for axis in list(x.axes):
+        heads = split_or_merge_heads(walk, call, x, axis, out_shape)
+        if heads is not None:
+            out_axis, moved, head_axis = heads
+            axes[out_axis] = moved
+            if head_axis is not None:
+                head_axes[out_axis] = head_axis
+            x = TensorValue(x.shape, {a: m for a, m in x.axes.items() if a != axis}, x.head_axes)
     for axis, member in x.axes.items():
-        moved = reshape_axis(x.shape, out_shape, axis, member)
-        if moved is None:
+        if axis in x.head_axes:
+            walk.facts.block(member, ALL_FAMILIES, f"{call.where} reshapes attention heads")
+            continue
+        placed = reshape_axis(x.shape, out_shape, axis, member)
+        if placed is None:
             walk.facts.block(member, ALL_FAMILIES, f"{call.where} splits or interleaves features")
         else:
-            axes[moved[0]] = moved[1]
-    return TensorValue(out_shape, axes)
+            axes[placed[0]] = placed[1]
+    return TensorValue(out_shape, axes, head_axes)
 
 
 def _param_view(walk: Walk, call: OpCall, x: ParamValue, out_shape: tuple[int, ...]) -> Any:
@@ -51,7 +68,7 @@ def _param_view(walk: Walk, call: OpCall, x: ParamValue, out_shape: tuple[int, .
     return TensorValue(out_shape)
 
 
-@rule("permute", "transpose", "t", "swapaxes", "movedim", "numpy_T", "mT")
+@rule("permute", "transpose", "t", "swapaxes", "movedim", "numpy_T", "mT", heads=True)
 def permute(walk: Walk, call: OpCall) -> Any:
     x = call.args[0]
     if not isinstance(x, (TensorValue, ParamValue)):
@@ -73,7 +90,8 @@ def permute(walk: Walk, call: OpCall) -> Any:
         dims = tuple(x.dims[i] for i in order)
         return ParamValue(x.name, tuple(x.shape[i] for i in order), dims, x.buffer)
     inverse = {old: new for new, old in enumerate(order)}
-    return TensorValue(_shape(call), {inverse[a]: m for a, m in x.axes.items()})
+    heads = {inverse[a]: inverse[h] for a, h in x.head_axes.items()}
+    return TensorValue(_shape(call), {inverse[a]: m for a, m in x.axes.items()}, heads)
 
 
 @rule("unsqueeze", "squeeze", "expand", "expand_as", "broadcast_to")
@@ -112,7 +130,7 @@ def _param_unit_axes(walk: Walk, call: OpCall, x: ParamValue, out_shape: tuple[i
 
 
 @rule("contiguous", "clone", "alias", "detach", "_to_copy", "to", "type_as", "lift_fresh_copy",
-      "_assert_tensor_metadata", "dropout_")  # fmt: skip
+      "_assert_tensor_metadata", heads=True)  # fmt: skip
 def identity(walk: Walk, call: OpCall) -> Any:
     x = call.args[0]
     if call.op == "_assert_tensor_metadata":
@@ -191,7 +209,7 @@ def split(walk: Walk, call: OpCall) -> Any:
     return outputs
 
 
-@rule("getitem")
+@rule("getitem", heads=True)
 def getitem(walk: Walk, call: OpCall) -> Any:
     container, index = call.args[0], call.args[1]
     if isinstance(container, (list, tuple)):

@@ -36,9 +36,11 @@ NOT_LINEAR = ALL_FAMILIES - LINEAR_ONLY
 def fresh(
     walk: Walk, like: Member, module: str, sources: frozenset[Family] = frozenset()
 ) -> Member:
-    """A new space with ``like``'s width, laid out like it (same ``block``)."""
+    """A new space with ``like``'s width, laid out like it (same ``block`` and heads)."""
     new = walk.facts.new_space(like.width, module, sources)
-    return Member(new.space, 0, new.stop, like.block)
+    if like.heads > 1:
+        walk.facts.cut(new, like.head_width)
+    return Member(new.space, 0, new.stop, like.block, like.heads)
 
 
 def derive(
@@ -58,7 +60,8 @@ def derive(
         walk.facts.link(member, out, passing, ratio)
         walk.facts.block(member, ALL_FAMILIES - passing, f"{call.where}")
         axes[axis] = out
-    return TensorValue(tuple(shape) if shape is not None else x.shape, axes)
+    out_shape = tuple(shape) if shape is not None else x.shape
+    return TensorValue(out_shape, axes, dict(x.head_axes) if out_shape == x.shape else {})
 
 
 def block_other_axes(walk: Walk, call: OpCall, x: TensorValue, keep: int) -> None:
@@ -147,7 +150,7 @@ def pointwise(walk: Walk, call: OpCall) -> Any:
     return derive(walk, call, x, PERM | ({Family.SIGN} if call.op in _ODD_ONLY else set()))
 
 
-@rule("dropout", "alpha_dropout", "feature_dropout", "native_dropout")
+@rule("dropout", "alpha_dropout", "feature_dropout", "native_dropout", heads=True)
 def dropout(walk: Walk, call: OpCall) -> Any:
     """Dropout is the identity in evaluation mode; in training mode its random mask is not
     moved with the features, so symmetries hold in distribution only."""

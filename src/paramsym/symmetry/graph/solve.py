@@ -24,6 +24,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from paramsym.symmetry.attention import QueryKeyGL, ValueOutputGL
 from paramsym.symmetry.base import Slot, Symmetry
 from paramsym.symmetry.discrete import NeuronPermutation, SignFlip
 from paramsym.symmetry.gl import HiddenGL
@@ -159,6 +160,16 @@ def _atoms_in(cuts: dict[int, list[int]], member: Member) -> list[Atom]:
     ]
 
 
+def _ratio(link: Link, family: Family) -> float:
+    """The exponent ratio a link imposes in ``family``: the activation degree for rescaling,
+    −1 for a contragredient (dual) link in rescaling and GL; O(h), permutations and sign
+    flips are their own inverse transposes, so 1 there."""
+    sign = -1.0 if link.dual else 1.0
+    if family is Family.SCALING:
+        return sign * link.ratio
+    return sign if family is Family.GL else 1.0
+
+
 def classes(facts: Facts, family: Family) -> list[Class]:
     """The classes of ``family`` with their attaches, blocks and absorbs (steps 1-3)."""
     links = family_links(facts, family)
@@ -170,7 +181,7 @@ def classes(facts: Facts, family: Family) -> list[Class]:
     linked: set[int] = set()
     for link in links:
         linked.add(link.b.space)
-        ratio = link.ratio if family is Family.SCALING else 1.0
+        ratio = _ratio(link, family)
         for (s, a, b), (t, c, d) in zip(
             _atoms_in(cuts, link.a), _atoms_in(cuts, link.b), strict=True
         ):
@@ -242,8 +253,8 @@ def slots_of(cls: Class, family: Family, shapes: dict[str, tuple[int, ...]]) -> 
             power = _POWER[law] * cls.exponents[atom]
         elif family is Family.PERMUTATION:
             power = 1.0
-        else:
-            power = _POWER[law]
+        else:  # GL, O: g or g⁻ᵀ; an atom at exponent −1 (a key) takes the dual
+            power = _POWER[law] * (cls.exponents[atom] if family is Family.GL else 1.0)
         slot = _slot(atom, attach, power, shapes)
         key = (slot.name, slot.axis, slot.offset)
         if key in slots and slots[key] != slot:
@@ -301,9 +312,25 @@ def conflicts(all_classes: list[Class]) -> set[int]:
     return found
 
 
-def build(cls: Class, family: Family, slots: list[Slot], producers: list[str]) -> Symmetry:
-    """The symmetry object of a valid class; ``producers`` name the modules producing it."""
+def build(
+    cls: Class,
+    family: Family,
+    slots: list[Slot],
+    producers: list[str],
+    role: tuple[str, str, int] | None = None,
+) -> Symmetry:
+    """The symmetry object of a valid class; ``producers`` name the modules producing it;
+    ``role`` = (``"QK"``/``"VO"``, module, head) for one head's features of an attention op
+    (then the GL is a :class:`~paramsym.symmetry.QueryKeyGL`/``ValueOutputGL``)."""
     name = site(cls, producers)
+    if role is not None:
+        kind, module, head = role
+        name = f"{module}.head{head}"
+        if family is Family.GL:
+            group = QueryKeyGL if kind == "QK" else ValueOutputGL
+            return group(cls.width, [s for s in slots if s.power > 0],
+                         [s for s in slots if s.power < 0], site=name)  # fmt: skip
+        name += f".{kind}"
     width = cls.width
     vector = [s for s in slots if s.power >= 0]
     covector = [s for s in slots if s.power < 0]

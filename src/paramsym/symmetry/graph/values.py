@@ -18,8 +18,14 @@ from paramsym.symmetry.graph.facts import Member
 
 @dataclass(frozen=True)
 class TensorValue:
+    """A computed tensor: its shape, the member on each feature axis, the head axis of each
+    axis whose member is split into heads (``head_axes[features axis] = head axis``), and
+    whether it is known to be all zeros (a recurrent layer's default initial state)."""
+
     shape: tuple[int, ...]
     axes: dict[int, Member] = field(default_factory=dict)
+    head_axes: dict[int, int] = field(default_factory=dict)
+    zero: bool = False
 
     @property
     def ndim(self) -> int:

@@ -21,14 +21,20 @@ from paramsym.symmetry.graph.values import ParamValue, TensorValue, Value
 
 Rule = Callable[["Walk", "OpCall"], Any]
 RULES: dict[str, Rule] = {}
+HEAD_AWARE: set[str] = set()
+"""Ops whose rules handle features split into attention heads; any other op sees such
+features blocked (see :meth:`Walk.strip_heads`)."""
 
 
-def rule(*names: str) -> Callable[[Rule], Rule]:
-    """Register a rule for the aten ops ``names`` (overload packet names, e.g. ``"conv2d"``)."""
+def rule(*names: str, heads: bool = False) -> Callable[[Rule], Rule]:
+    """Register a rule for the aten ops ``names`` (overload packet names, e.g. ``"conv2d"``);
+    ``heads=True`` if it handles features split into attention heads."""
 
     def register(function: Rule) -> Rule:
         for name in names:
             RULES[name] = function
+            if heads:
+                HEAD_AWARE.add(name)
         return function
 
     return register
@@ -43,6 +49,7 @@ class OpCall:
     args: list[Any]
     kwargs: dict[str, Any]
     shape: Any  # tuple for a tensor output, list of tuples for several
+    used_outputs: frozenset[int] = frozenset()  # of several outputs, those read later
 
     def arg(self, index: int, name: str, default: Any = None) -> Any:
         if index < len(self.args):
@@ -70,6 +77,16 @@ class Walk:
         for item in _flatten(value):
             if isinstance(item, ParamValue):
                 self.facts.unexplained.setdefault(item.name, f"used by {call.where}")
+
+    def strip_heads(self, value: Any, call: OpCall) -> Any:
+        """``value`` without its head-split members, which are blocked: ``call``'s rule does
+        not know how the op treats heads."""
+        if not isinstance(value, TensorValue) or not value.head_axes:
+            return value
+        for axis in value.head_axes:
+            self.facts.block(value.axes[axis], ALL_FAMILIES, f"{call.where} on attention heads")
+        kept = {a: m for a, m in value.axes.items() if a not in value.head_axes}
+        return TensorValue(value.shape, kept, {}, value.zero)
 
     def block_all(self, value: Any, reason: str) -> None:
         for item in _flatten(value):
@@ -139,9 +156,22 @@ def run(traced: TracedGraph) -> Walk:
             kwargs = {k: _evaluate(env, v) for k, v in node.kwargs.items()}
             name = op_name(node)
             in_place = name not in RULES and name.endswith("_") and name[:-1] in RULES
-            call = OpCall(name[:-1] if in_place else name, _module_of(node), args, kwargs,
-                          _meta_shape(node))  # fmt: skip
+            used = frozenset(
+                int(user.args[1])
+                for user in node.users
+                if user.target is operator.getitem and user.users
+            )
+            call = OpCall(
+                name[:-1] if in_place else name,
+                _module_of(node),
+                args,
+                kwargs,
+                _meta_shape(node),
+                used,
+            )
             function = RULES.get(call.op)
+            if call.op not in HEAD_AWARE:
+                call.args = [walk.strip_heads(a, call) for a in call.args]
             env[node.name] = function(walk, call) if function else walk.fallback(call)
             if in_place and isinstance(node.args[0], torch.fx.Node):
                 # ``relu_(a)``, ``a += b``: later reads of ``a`` see the result
