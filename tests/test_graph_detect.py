@@ -112,7 +112,8 @@ def test_batchnorm_cnn_moves_running_statistics_and_marks_eps_approximate():
         "rescaling[bn2->fc]",
     ]
     permutation = found["permutation[conv1->conv2]"]
-    assert {"bn1.running_mean", "bn1.running_var"} <= set(permutation.parameter_names)
+    assert permutation.buffer_names == {"bn1.running_mean", "bn1.running_var"}
+    assert "bn1.running_mean" not in permutation.parameter_names
     scaling = found["norm_scaling[conv1->bn1]"]
     assert not scaling.exact
     assert "eps=1e-05" in " ".join(scaling.notes)
@@ -175,7 +176,7 @@ def test_resnet_stream_permutation_is_shared_by_every_block_of_a_stage():
     streams = [s for s in found if s.name.startswith("permutation[") and "," in s.name]
     assert len(streams) == 4  # one residual stream per stage
     last = streams[-1]
-    touched = set(last.parameter_names)
+    touched = set(last.parameter_names) | last.buffer_names
     for name in ("layer4.0.conv2.weight", "layer4.0.downsample.0.weight", "layer4.1.conv2.weight",
                  "layer4.1.conv1.weight", "fc.weight", "layer4.1.bn2.running_var"):  # fmt: skip
         assert name in touched

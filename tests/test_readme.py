@@ -16,12 +16,17 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, data_dependent, ntk, teleport, symo, connectivity = run_blocks(capsys)
+    ten_lines, graph, data_dependent, ntk, teleport, symo, connectivity = run_blocks(capsys)
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]
     assert ten_lines[1] == "True"
     assert ten_lines[2] == "8"
     assert ten_lines[3].startswith("EigenResult(eigenvalues=[")
+    assert graph[0] == (
+        "['attention_QK[encoder.layer.0.attention.self.head0]', "
+        "'attention_QK[encoder.layer.0.attention.self.head1]']"
+    )
+    assert graph[1] == "True"
     exact, rank, change = data_dependent[0].split()
     assert (exact, rank) == ("False", "16")
     assert float(change) > 0

@@ -48,6 +48,7 @@ from paramsym.errors import (
     ShapeError,
     UnsupportedModuleError,
 )
+from paramsym.symmetry.attention import HeadPermutation
 from paramsym.symmetry.base import Slot, SlotLike, Symmetry, make_slots, regions_overlap
 from paramsym.symmetry.detect import symmetries as detect_symmetries
 from paramsym.symmetry.discrete import NeuronPermutation
@@ -211,9 +212,15 @@ class PermutationSpec:
         return out
 
 
-def permutation_spec(model: nn.Module) -> PermutationSpec:
+def permutation_spec(model: nn.Module, example_input: Any = None) -> PermutationSpec:
     """The permutation spec of ``model`` from the neuron permutations :func:`paramsym.symmetries`
     finds (one group per hidden layer of an MLP, named like the symmetry).
+
+    With ``example_input`` the groups come from the traced graph, as rebasin derives them:
+    every feature space of a CNN, ResNet (the residual stream of each stage is one group),
+    transformer (per-head query-key and value-output spaces, MLP hidden units, the residual
+    stream) or recurrent net. Whole-head permutations are left out (they overlap the per-head
+    groups; a spec's groups must not share an axis entry).
 
     Running statistics ride along: a 1-d floating buffer of the module that owns a permuted
     per-neuron parameter (BatchNorm's ``running_mean`` and ``running_var``) is permuted with it
@@ -231,7 +238,11 @@ def permutation_spec(model: nn.Module) -> PermutationSpec:
         raise InvalidArgumentError(
             f"permutation_spec: expected an nn.Module, got {type(model).__name__}"
         )
-    found = [s for s in detect_symmetries(model) if isinstance(s, NeuronPermutation)]
+    found = [
+        s
+        for s in detect_symmetries(model, example_input=example_input)
+        if isinstance(s, NeuronPermutation) and not isinstance(s, HeadPermutation)
+    ]
     if not found:
         raise UnsupportedModuleError(
             f"permutation_spec: paramsym found no neuron permutations in {type(model).__name__}; "
@@ -242,7 +253,8 @@ def permutation_spec(model: nn.Module) -> PermutationSpec:
     statistics: set[str] = set()
     for s in found:
         slots = list(s.slots)
-        for extra in _statistics_slots(model, s):
+        statistics |= s.buffer_names  # graph detection moves running statistics itself
+        for extra in [] if s.buffer_names else _statistics_slots(model, s):
             slots.append(extra)
             statistics.add(extra.name)
         groups[s.name] = slots
@@ -487,6 +499,8 @@ def weight_matching(
     model_b: nn.Module | Mapping[str, Tensor],
     spec: PermutationSpec | None = None,
     config: WeightMatchingConfig | None = None,
+    *,
+    example_input: Any = None,
 ) -> WeightMatchingResult:
     """Permute the hidden neurons of ``model_b`` to match ``model_a`` (module docstring).
 
@@ -498,6 +512,8 @@ def weight_matching(
         spec: the permutation groups; default :func:`permutation_spec` of the module given
             (``model_a`` if it is one). Needed when both arguments are dicts.
         config: a :class:`WeightMatchingConfig`.
+        example_input: a batch the model accepts: the default spec is then derived from the
+            traced graph (any architecture; see :func:`permutation_spec`).
 
     Raises:
         ShapeError: the two networks differ in architecture, or the spec does not match their
@@ -524,7 +540,7 @@ def weight_matching(
                 "weight_matching: both networks are params dicts, so paramsym cannot find their "
                 "permutations; pass spec=PermutationSpec(...) or an nn.Module"
             )
-        spec = permutation_spec(module)
+        spec = permutation_spec(module, example_input)
     if isinstance(model_a, nn.Module) and isinstance(model_b, nn.Module):
         _check_same_architecture(model_a, model_b, "weight_matching")
     state_a = _state(model_a, spec, "weight_matching(model_a)")

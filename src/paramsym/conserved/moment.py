@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -415,7 +415,9 @@ def conserved_quantities(
     return MomentMap(symmetry, method=method, check_params=point)(point)
 
 
-def imbalance(model: nn.Module, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+def imbalance(
+    model: nn.Module, params: Mapping[str, Tensor] | None = None, example_input: Any = None
+) -> dict[str, Tensor]:
     """The closed-form conserved quantities of every hidden layer of ``model``, by symmetry name.
 
     For each symmetry ``ps.symmetries(model)`` finds that has a closed-form moment map: GL(h)
@@ -423,7 +425,8 @@ def imbalance(model: nn.Module, params: Mapping[str, Tensor] | None = None) -> d
     entry conserved), rescalings the per-neuron vector ``diag[W_i W_iᵀ + b_i b_iᵀ − α
     W_{i+1}ᵀ W_{i+1}]``, normalisation scalings the squared row norms; LoRA and attention GL
     groups their own Gram differences. Hidden layers with no linear continuous symmetry
-    (tanh, sigmoid, radial) do not appear.
+    (tanh, sigmoid, radial) do not appear. ``example_input``: a batch, to find the symmetries
+    on the traced graph (CNNs, ResNets, transformers; see :func:`paramsym.symmetries`).
 
     >>> import paramsym as ps
     >>> {k: tuple(v.shape) for k, v in imbalance(ps.mlp([3, 5, 4, 2], "relu", seed=0)).items()}
@@ -431,7 +434,7 @@ def imbalance(model: nn.Module, params: Mapping[str, Tensor] | None = None) -> d
     """
     point = resolve_params(model, params)
     found: dict[str, Tensor] = {}
-    for symmetry in find_symmetries(model):
+    for symmetry in find_symmetries(model, example_input=example_input):
         try:
             family = family_of(symmetry)
         except InvalidArgumentError:

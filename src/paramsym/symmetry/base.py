@@ -157,11 +157,16 @@ class Symmetry(abc.ABC):
         self.linear = bool(linear)
         self.notes = tuple(notes)
 
+    buffer_names: frozenset[str] = frozenset()
+    """Buffers the action must move to stay exact (BatchNorm's running statistics in
+    evaluation mode). ``act`` needs them in the params dict and raises naming them otherwise;
+    ``tangent`` is a parameter-space vector and leaves them out."""
+
     # -- description -----------------------------------------------------------------------
     @property
     @abc.abstractmethod
     def parameter_names(self) -> tuple[str, ...]:
-        """Names of the parameters the action changes."""
+        """Names of the parameters the action changes (buffers are in :attr:`buffer_names`)."""
 
     @property
     def touched_regions(self) -> frozenset[Region]:
@@ -309,7 +314,7 @@ class NeuronSymmetry(Symmetry):
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(s.name for s in self.slots))
+        return tuple(dict.fromkeys(s.name for s in self.slots if s.name not in self.buffer_names))
 
     @property
     def touched_regions(self) -> frozenset[Region]:
@@ -318,9 +323,19 @@ class NeuronSymmetry(Symmetry):
     per_neuron: bool = True
     """Whether each neuron has its own group component (then slots must have size ``width``)."""
 
-    def check_params(self, params: Mapping[str, Tensor]) -> None:
-        """Raise unless each slot's parameter is present, finite, of size ``width`` on its axis."""
+    def check_params(self, params: Mapping[str, Tensor], *, buffers: bool = True) -> None:
+        """Raise unless each slot's parameter is present, finite, of size ``width`` on its axis
+        (buffer slots too, unless ``buffers=False``)."""
         for slot in self.slots:
+            if slot.name not in params and slot.name in self.buffer_names:
+                if not buffers:
+                    continue
+                raise MissingParameterError(
+                    f"{self.name} moves the buffer '{slot.name}' to keep the model's function "
+                    "(running statistics used in evaluation mode), and params does not hold "
+                    "it; pass the buffers with the parameters: "
+                    "{**ps.params_of(model), **dict(model.named_buffers())}"
+                )
             if slot.name not in params:
                 raise MissingParameterError(
                     f"{self.name} acts on parameter '{slot.name}', which is not in params "
@@ -377,13 +392,14 @@ class NeuronSymmetry(Symmetry):
 
     def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
         xi = self.check_xi(xi)
-        self.check_params(params)
+        self.check_params(params, buffers=False)
         out = {k: torch.zeros_like(t) for k, t in params.items()}
         if self.dim == 0:
             return out
-        ref = params[self.slots[0].name]
+        present = [slot for slot in self.slots if slot.name in params]
+        ref = params[present[0].name]
         generator = self._algebra(xi.to(dtype=ref.dtype, device=ref.device))
-        for slot in self.slots:
+        for slot in present:
             t = params[slot.name]
             rate = self._differential(self._read(t, slot), slot, generator)
             out[slot.name] = out[slot.name] + self._write(torch.zeros_like(t), slot, rate)

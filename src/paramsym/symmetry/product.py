@@ -62,6 +62,7 @@ class ProductSymmetry(Symmetry):
             notes=tuple(n for f in factors for n in f.notes),
         )
         self.factors = factors
+        self.buffer_names = frozenset(n for f in factors for n in f.buffer_names)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params, check_finite, resolve_params
 from paramsym.errors import (
     ApproximateActionWarning,
@@ -155,11 +156,25 @@ class TeleportConfig:
 # -- the orbit: symmetries, their elements and tangents ---------------------------------------
 
 
-def default_symmetries(model: nn.Module, loss_fn: LossFn | None = None) -> list[Symmetry]:
-    """The continuous symmetries ``ps.symmetries`` finds on ``model`` (not data-dependent)."""
+def _is_chain(model: nn.Module) -> bool:
+    """Whether the module-by-module analysis sees all of ``model`` (an ``nn.Sequential`` or a
+    registered block): then no trace is needed to find its symmetries."""
+    from paramsym.symmetry.detect import _analyser
+
+    return isinstance(model, nn.Sequential) or _analyser(model) is not None
+
+
+def default_symmetries(
+    model: nn.Module, loss_fn: LossFn | None = None, example_input: Any = None
+) -> list[Symmetry]:
+    """The continuous symmetries ``ps.symmetries`` finds on ``model`` (on the graph traced on
+    ``example_input`` when given; not data-dependent), without those that also move buffers
+    (BatchNorm's scale invariance, which is approximate for eps > 0 and would move its
+    running statistics, which teleport does not carry)."""
     from paramsym.symmetry.detect import symmetries
 
-    return [s for s in symmetries(model, loss_fn=loss_fn) if s.dim > 0]
+    found = symmetries(model, example_input=example_input, loss_fn=loss_fn)
+    return [s for s in found if s.dim > 0 and not s.buffer_names]
 
 
 class _Orbit:
@@ -362,10 +377,10 @@ def _check_inputs(
 
 
 def _continuous(
-    symmetries: Sequence[Symmetry] | None, model: nn.Module, loss_fn: LossFn
+    symmetries: Sequence[Symmetry] | None, model: nn.Module, loss_fn: LossFn, x: Any
 ) -> list[Symmetry]:
     if symmetries is None:
-        found = default_symmetries(model, loss_fn)
+        found = default_symmetries(model, loss_fn, None if _is_chain(model) else x)
         if not found:
             raise InvalidArgumentError(
                 "teleport: ps.symmetries found no continuous symmetry on this model; pass "
@@ -378,6 +393,12 @@ def _continuous(
         if not isinstance(s, Symmetry):
             raise InvalidArgumentError(
                 f"teleport: symmetries must be Symmetry objects, got {type(s).__name__}"
+            )
+        if s.buffer_names:
+            raise InvalidArgumentError(
+                f"teleport: {s.name} also moves the buffers {sorted(s.buffer_names)} (running "
+                "statistics), which teleport does not carry; teleport along symmetries that act "
+                "on parameters only (the default choice leaves these out)"
             )
         if s.preserves == "distribution":
             raise InvalidArgumentError(
@@ -453,7 +474,9 @@ def teleport(
     Args:
         model, loss_fn, batch: the loss L(θ) = loss_fn(model(x; θ), y) with batch ``(x, y)``.
         symmetries: the symmetries to move along together (discrete ones are skipped); default
-            every continuous symmetry ``ps.symmetries(model, loss_fn=loss_fn)`` finds.
+            every continuous symmetry ``ps.symmetries(model, example_input=x, loss_fn=loss_fn)``
+            finds on the graph traced on the batch's inputs (nn.Sequential chains and registered
+            blocks are analysed without a trace), except those that move buffers.
             Data-dependent actions use the batch's inputs.
         objective: ``"grad_norm"`` (‖∇L‖²), ``"preconditioned_grad_norm"`` (needs
             ``optimizer``), ``"loss_alignment"``, an :class:`Objective`, or a callable
@@ -498,8 +521,39 @@ def teleport(
     (53.67, 72.0, 144.0)
     """
     _check_inputs(model, batch, steps, lr, max_loss_drift, on_drift, parameterization, max_shrinks)
+    with differentiable_attention():  # the objectives differentiate ∇L (an HVP) through it
+        return _teleport(
+            model, loss_fn, batch, symmetries, objective, steps, lr, params, optimizer,
+            parameterization, line_search, max_objective, max_step_norm, max_loss_drift,
+            on_drift, max_shrinks, allow_approximate, keep_worse, covectors, update_model,
+        )  # fmt: skip
+
+
+def _teleport(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch: Batch,
+    symmetries: Sequence[Symmetry] | None,
+    objective: str | Objective | Callable[..., Tensor],
+    steps: int,
+    lr: float,
+    params: Mapping[str, Tensor] | None,
+    optimizer: torch.optim.Optimizer | None,
+    parameterization: Parameterization,
+    line_search: bool,
+    max_objective: float | None,
+    max_step_norm: float | None,
+    max_loss_drift: float,
+    on_drift: DriftPolicy,
+    max_shrinks: int,
+    allow_approximate: bool,
+    keep_worse: bool,
+    covectors: Sequence[Mapping[str, Tensor]],
+    update_model: bool,
+) -> TeleportResult:
+    """The body of :func:`teleport` (arguments as there, already checked)."""
     start = time.perf_counter()
-    chosen = _continuous(symmetries, model, loss_fn)
+    chosen = _continuous(symmetries, model, loss_fn, batch[0])
     theta = {k: v.detach().clone() for k, v in resolve_params(model, params).items()}
     check_finite(theta, "teleport: params")
     goal = resolve_objective(objective, optimizer=optimizer, model=model)

@@ -130,15 +130,15 @@ class Teleporter:
         self.schedule, self.data = schedule, data
         self.batches_per_teleport = int(batches_per_teleport)
         self.state_policy: StatePolicy = state_policy
-        self.symmetries = (
-            list(symmetries) if symmetries is not None else default_symmetries(model, loss_fn)
-        )
+        # without explicit symmetries they are found on the first teleport batch (the trace
+        # of a custom forward needs an input)
+        self._symmetries = list(symmetries) if symmetries is not None else None
         self.config = config or TeleportConfig()
         self.step_count = 0
         self.history: list[TeleportEvent] = []
         self._iterator: Iterator[Batch] | None = None
         self._last_teleported: int | None = None
-        if state_policy == "transform" and any(s.data_dependent for s in self.symmetries):
+        if state_policy == "transform" and any(s.data_dependent for s in self._symmetries or ()):
             warnings.warn(
                 "Teleporter: state_policy='transform' moves momentum through data-dependent "
                 "actions, which are exact only on the teleport batch; the transported momentum "
@@ -146,6 +146,13 @@ class Teleporter:
                 ApproximateActionWarning,
                 stacklevel=2,
             )
+
+    def symmetries_for(self, batch: Batch) -> list[Symmetry]:
+        """The symmetries teleports move along: those given, or the defaults of
+        :func:`~paramsym.teleportation.engine.default_symmetries` found on ``batch``."""
+        if self._symmetries is None:
+            self._symmetries = default_symmetries(self.model, self.loss_fn, batch[0])
+        return self._symmetries
 
     # -- the optimizer wrapper -------------------------------------------------------------
     @property
@@ -198,7 +205,7 @@ class Teleporter:
                 self.model,
                 self.loss_fn,
                 batch,
-                self.symmetries,
+                self.symmetries_for(batch),
                 optimizer=self.optimizer,
                 covectors=covectors,
                 **self.config.options(),

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from paramsym.symmetry.base import Preserves, Symmetry
+from paramsym.symmetry.base import NeuronSymmetry, Preserves, Symmetry
 from paramsym.symmetry.graph import arith_rules as _arith  # noqa: F401  (registers rules)
 from paramsym.symmetry.graph import layout_rules as _layout  # noqa: F401
 from paramsym.symmetry.graph import recurrent_rules as _recurrent  # noqa: F401
@@ -111,6 +111,10 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
             ):
                 found.append((key, 3, symmetry))
     found.sort(key=lambda item: (item[0], item[1]))
+    buffers = set(walk.traced.buffers.values())
+    for _, _, symmetry in found:
+        if isinstance(symmetry, NeuronSymmetry):
+            symmetry.buffer_names = frozenset(s.name for s in symmetry.slots if s.name in buffers)
     return _unique([s for _, _, s in found])
 
 
