@@ -217,10 +217,6 @@ def linear_map(
     return TensorValue(out_shape, axes)
 
 
-def _param_or_fallback(walk: Walk, call: OpCall, *values: Any) -> bool:
-    return all(isinstance(v, ParamValue) for v in values)
-
-
 @rule("linear")
 def linear(walk: Walk, call: OpCall) -> Any:
     x, weight, bias = call.args[0], call.args[1], call.arg(2, "bias")

@@ -11,6 +11,7 @@ reason, which :func:`paramsym.symmetries` turns into a warning and a fallback.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +76,6 @@ def trace_forward(model: nn.Module, example_input: Any) -> TracedGraph:
     The model is exported as it is (train or eval mode); its parameters and buffers are not
     changed. Raises :class:`TraceError` when torch cannot export the forward.
     """
-    import time
-
     args, kwargs = as_arguments(example_input)
     start = time.perf_counter()
     state = {k: b.clone() for k, b in model.named_buffers()}

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from paramsym.symmetry.graph.facts import ALL_FAMILIES, Facts, Member
+from paramsym.symmetry.graph.facts import ALL_FAMILIES, Facts
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.values import ParamValue, TensorValue, Value
 
@@ -203,7 +203,3 @@ def _evaluate(env: dict[str, Any], arg: Any) -> Any:
     if isinstance(arg, (list, tuple)):
         return type(arg)(_evaluate(env, a) for a in arg)
     return arg
-
-
-def member_or_none(value: Any, axis: int) -> Member | None:
-    return value.member(axis) if isinstance(value, TensorValue) else None
