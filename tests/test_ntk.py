@@ -147,9 +147,11 @@ def test_auto_method_rule():
 
     mlp = ps.mlp([3, 8, 2])
     assert choose_method(mlp, ps.params_of(mlp), 2) == "structured"
-    norm_heavy = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), nn.Embedding(100, 2))
+    norm_heavy = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2), nn.GRU(2, 8))
     assert choose_method(norm_heavy, ps.params_of(norm_heavy), 2) == "jacobian"
     assert choose_method(norm_heavy, ps.params_of(norm_heavy), 2, budget=8) == "vp"
+    embedding_heavy = nn.Sequential(nn.Embedding(100, 2), nn.LayerNorm(2))  # embeddings count
+    assert choose_method(embedding_heavy, ps.params_of(embedding_heavy), 2) == "structured"
 
 
 # -- alignment -------------------------------------------------------------------------------------

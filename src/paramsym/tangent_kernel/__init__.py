@@ -1,4 +1,11 @@
-"""Empirical NTK, kernel and loss alignment, functional dimension and linear regions."""
+"""Empirical NTK, kernel and loss alignment, functional dimension and linear regions.
+
+Modules: ``kernel`` (:func:`ntk`, the method enum and the ``"auto"`` rule), ``structured``
+(per-layer factorisation for Linear, Conv1d/2d/3d including grouped and depthwise, Embedding),
+``generic`` (Jacobian contraction, NTK-vector products), ``outputs`` (the ``output=`` selector
+for models returning tuples or ``ModelOutput``), ``dimension``, ``alignment``, ``regions``,
+``tracking``.
+"""
 
 from paramsym.tangent_kernel.alignment import kernel_alignment, loss_alignment
 from paramsym.tangent_kernel.dimension import (
@@ -14,6 +21,7 @@ from paramsym.tangent_kernel.kernel import (
     kernel_matrix,
     ntk,
 )
+from paramsym.tangent_kernel.outputs import OutputSelector
 from paramsym.tangent_kernel.regions import (
     FDBounds,
     LinearRegions,
@@ -30,6 +38,7 @@ __all__ = [
     "FunctionalDimension",
     "LinearRegions",
     "NTKTracker",
+    "OutputSelector",
     "RankResolutionWarning",
     "StructuredFallbackWarning",
     "choose_method",

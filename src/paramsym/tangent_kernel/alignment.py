@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from paramsym.core.params import check_finite, functional_call, resolve_params
 from paramsym.errors import InvalidArgumentError, ShapeError
 from paramsym.tangent_kernel.kernel import kernel_matrix
+from paramsym.tangent_kernel.outputs import OutputSelector, check_output_selector, select_output
 
 
 def _as_gram(kernel: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -71,6 +72,7 @@ def loss_alignment(
     params: Mapping[str, Tensor] | None = None,
     *,
     learning_rate: float = 1.0,
+    output: OutputSelector = None,
 ) -> float:
     """Seed 000's modified alignment ``A = fᵀ Θ f / ‖f‖²`` (Eq. 28) with one VJP and no kernel.
 
@@ -80,13 +82,18 @@ def loss_alignment(
     one VJP to the parameters. A is the Rayleigh quotient of Θ at f, so
     λ_min(Θ) ≤ A ≤ λ_max(Θ), and on a symmetry orbit (where f is invariant) it moves exactly
     like ‖∇L‖².
+
+    ``output`` selects the tensor passed to ``loss_fn`` when the forward returns a tuple or a
+    ``ModelOutput``: a tuple index, a key or attribute name, or a callable of the raw output
+    (as in :func:`~paramsym.tangent_kernel.ntk`); ``None`` requires a tensor.
     """
+    check_output_selector(output, "loss_alignment")
     x, y = batch
     point = resolve_params(model, params)
     check_finite(point, "loss_alignment: params")
     leaves = {k: t.detach().requires_grad_(True) for k, t in point.items()}
     with torch.enable_grad():
-        outputs = functional_call(model, leaves, x)
+        outputs = select_output(functional_call(model, leaves, x), output, model, "loss_alignment")
         loss = loss_fn(outputs, y)
         if loss.numel() != 1:
             raise InvalidArgumentError(

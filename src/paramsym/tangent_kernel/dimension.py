@@ -29,7 +29,10 @@ from torch import Tensor, nn
 
 from paramsym.core.params import check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ParamsymWarning
+from paramsym.tangent_kernel.generic import jacobians_over_samples
 from paramsym.tangent_kernel.kernel import DEFAULT_MEMORY_BUDGET, kernel_matrix, ntk
+from paramsym.tangent_kernel.outputs import OutputSelector, check_output_selector, flat_outputs
+from paramsym.tangent_kernel.problem import two_samples
 
 RankMethod = Literal["auto", "svd", "gram"]
 
@@ -73,25 +76,28 @@ def parameter_jacobian(
     *,
     dtype: torch.dtype | None = None,
     batch_size: int = 256,
+    output: OutputSelector = None,
 ) -> Tensor:
     """J of shape ``(m·O, P)``: row ``i·O + o`` is ∂f_o(x_i)/∂θ (parameters in ``flatten`` order),
-    computed per sample with ``vmap(jacrev)`` in chunks of ``batch_size`` samples."""
+    computed per sample with ``vmap(jacrev)`` in chunks of ``batch_size`` samples (one sample
+    at a time for models that cannot run under ``vmap``, such as ``nn.LSTM``).
+
+    ``x`` is ``(m, ...)``; ``output`` selects the tensor f from a forward that returns a tuple or
+    a ``ModelOutput`` (as in :func:`~paramsym.tangent_kernel.ntk`)."""
+    check_output_selector(output, "parameter_jacobian")
     point = resolve_params(model, params)
     if dtype is not None:
         point = to_dtype(point, dtype)
         x = x.to(dtype) if x.is_floating_point() else x
-    buffers = {k: b.clone() for k, b in model.named_buffers()}
 
     def single(p: dict[str, Tensor], sample: Tensor) -> Tensor:
-        return torch.func.functional_call(model, {**buffers, **p}, (sample.unsqueeze(0),)).reshape(
-            -1
-        )
+        return flat_outputs(model, p, sample.unsqueeze(0), output, "parameter_jacobian")[0]
 
     rows = []
-    jacobian = torch.func.vmap(torch.func.jacrev(single), in_dims=(None, 0))
     with torch.no_grad():
         for start in range(0, x.shape[0], batch_size):
-            chunk = jacobian(point, x[start : start + batch_size])  # name -> (b, O, *shape)
+            samples = x[start : start + batch_size]
+            chunk = jacobians_over_samples(single, point, samples, model)  # (b, O, *shape)
             b, o = next(iter(chunk.values())).shape[:2]
             rows.append(torch.cat([chunk[k].reshape(b * o, -1) for k in point], dim=1))
     return torch.cat(rows)
@@ -106,25 +112,39 @@ def functional_dimension(
     method: RankMethod = "auto",
     params: Mapping[str, Tensor] | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    output: OutputSelector = None,
 ) -> FunctionalDimension:
     """Rank of the ``(m·O) × P`` parameter Jacobian on ``x`` (seed 004's batch functional
     dimension).
 
     Args:
+        model: any module whose outputs depend on their own sample only.
+        x: the batch ``(m, ...)`` (seed 004: the whole data set).
         tol: absolute threshold on singular values; default ``max(m·O, P) · eps(dtype) · σ_max``
             (``torch.linalg.matrix_rank``'s rule).
         dtype: precision of J and the decomposition; ``torch.float32`` reproduces seed 004.
         method: ``"svd"`` of J, ``"gram"`` (eigenvalues of the smaller of J Jᵀ and Jᵀ J), or
             ``"auto"``: SVD when J fits in ``memory_budget``, else the Gram matrix.
+        params: point θ (default: the model's parameters).
+        output: which tensor of the forward's return value is f: ``None`` (the forward returns
+            a tensor), a tuple index, a key or attribute name, or a callable of the raw output
+            (as in :func:`~paramsym.tangent_kernel.ntk`). O counts its entries per sample.
     """
     if method not in ("auto", "svd", "gram"):
         raise InvalidArgumentError(
             f"functional_dimension: method must be 'auto', 'svd' or 'gram', got {method!r}"
         )
+    check_output_selector(output, "functional_dimension")
     point = resolve_params(model, params)
     check_finite(point, "functional_dimension: params")
     with torch.no_grad():
-        outputs = model(x[:1]).reshape(1, -1).shape[1] if x.shape[0] else 0
+        if x.shape[0]:
+            probe = two_samples(x)
+            probe = probe.to(dtype) if probe.is_floating_point() else probe
+            at = to_dtype(point, dtype)
+            outputs = flat_outputs(model, at, probe, output, "functional_dimension").shape[1]
+        else:
+            outputs = 0
     rows = x.shape[0] * outputs
     size = sum(p.numel() for p in point.values())
     element = torch.finfo(dtype).bits // 8
@@ -132,7 +152,8 @@ def functional_dimension(
         method = "svd" if rows * size * element <= memory_budget else "gram"
     eps = torch.finfo(dtype).eps
     if method == "svd":
-        singular = torch.linalg.svdvals(parameter_jacobian(model, x, point, dtype=dtype))
+        jacobian = parameter_jacobian(model, x, point, dtype=dtype, output=output)
+        singular = torch.linalg.svdvals(jacobian)
         top = float(singular[0]) if singular.numel() else 0.0
         threshold = tol if tol is not None else max(rows, size) * eps * top
         rule = "given" if tol is not None else "max(m·O, P)·eps·σ_max"
@@ -141,11 +162,18 @@ def functional_dimension(
             rank, singular.tolist(), threshold, rule, str(dtype), "svd", (rows, size)
         )
     if rows <= size:
-        gram = kernel_matrix(
-            ntk(model, x, mode="full", params=point, dtype=dtype, memory_budget=memory_budget)
+        kernel = ntk(
+            model,
+            x,
+            mode="full",
+            params=point,
+            dtype=dtype,
+            memory_budget=memory_budget,
+            output=output,
         )
+        gram = kernel_matrix(kernel)
     else:
-        jac = parameter_jacobian(model, x, point, dtype=dtype)
+        jac = parameter_jacobian(model, x, point, dtype=dtype, output=output)
         gram = jac.T @ jac
     eigenvalues = torch.linalg.eigvalsh(gram).flip(0).clamp_min(0.0)
     singular = eigenvalues.sqrt()

@@ -12,6 +12,7 @@ from paramsym.errors import InvalidArgumentError
 from paramsym.tangent_kernel.alignment import loss_alignment
 from paramsym.tangent_kernel.dimension import functional_dimension
 from paramsym.tangent_kernel.kernel import kernel_matrix, ntk
+from paramsym.tangent_kernel.outputs import OutputSelector, check_output_selector
 from paramsym.tangent_kernel.regions import linear_regions
 
 
@@ -35,6 +36,8 @@ class NTKTracker:
         loss_fn, targets: for the loss alignment A (seed 000 Eq. 28), optional.
         eigenvalues: how many top eigenvalues of the (m·O) × (m·O) Gram matrix to keep.
         dtype, tol: for :func:`~paramsym.tangent_kernel.functional_dimension`.
+        output: which tensor of the forward's return value is f (a tuple index, a key or
+            attribute name, or a callable; ``None``: the forward returns a tensor).
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class NTKTracker:
         eigenvalues: int = 5,
         dtype: torch.dtype = torch.float64,
         tol: float | None = None,
+        output: OutputSelector = None,
     ) -> None:
         if every < 1:
             raise InvalidArgumentError(f"NTKTracker: every must be >= 1, got {every}")
@@ -56,6 +60,8 @@ class NTKTracker:
         self.model, self.x, self.every = model, x, every
         self.loss_fn, self.targets = loss_fn, targets
         self.eigenvalues, self.dtype, self.tol = eigenvalues, dtype, tol
+        check_output_selector(output, "NTKTracker")
+        self.output = output
         self.piecewise_linear = any(isinstance(m, (nn.ReLU, nn.LeakyReLU)) for m in model.modules())
         self.history: dict[str, list[Any]] = {
             "epoch": [],
@@ -74,8 +80,10 @@ class NTKTracker:
         training = self.model.training
         self.model.eval()
         try:
-            fd = functional_dimension(self.model, self.x, dtype=self.dtype, tol=self.tol)
-            gram = kernel_matrix(ntk(self.model, self.x, dtype=self.dtype))
+            fd = functional_dimension(
+                self.model, self.x, dtype=self.dtype, tol=self.tol, output=self.output
+            )
+            gram = kernel_matrix(ntk(self.model, self.x, dtype=self.dtype, output=self.output))
             top = torch.linalg.eigvalsh(gram).flip(0)[: self.eigenvalues]
             self.history["epoch"].append(epoch)
             self.history["functional_dimension"].append(fd.rank)
@@ -85,7 +93,9 @@ class NTKTracker:
             if self.loss_fn is not None:
                 assert self.targets is not None
                 self.history["loss_alignment"].append(
-                    loss_alignment(self.model, self.loss_fn, (self.x, self.targets))
+                    loss_alignment(
+                        self.model, self.loss_fn, (self.x, self.targets), output=self.output
+                    )
                 )
         finally:
             self.model.train(training)
