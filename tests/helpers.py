@@ -1,10 +1,16 @@
-"""Test helpers: relative errors and generic parameter points."""
+"""Test helpers: relative errors, generic parameter points, and reduced experiment runs."""
 
 from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
 
 import torch
 
 import paramsym as ps
+from paramsym.experiments import registry
+from paramsym.sweep import run_experiment
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -71,3 +77,23 @@ def assert_exact_symmetries(
             assert error <= tol, f"{s.name}: output changed by {error:.2e}"
             worst = max(worst, error)
     return worst
+
+
+def run_quick(tmp_path: Path, name: str, overrides: dict[str, str]) -> tuple[Path, dict, dict]:
+    """Run experiment ``name`` at its quick preset with ``overrides`` into ``tmp_path / name``:
+    (run directory, saved metrics, ``{claim text: saved claim}``); every claim is saved and
+    the report is written."""
+    experiment = registry.get(name)
+    directory = tmp_path / name
+    run_experiment(experiment, experiment.config("quick", overrides), directory, workers=1)
+    saved = json.loads((directory / "metrics.json").read_text())
+    claims = {c["claim"]: c for c in saved["claims"]}
+    assert set(claims) == {c.text for c in experiment.claims}
+    assert (directory / "report.md").exists()
+    return directory, saved["metrics"], claims
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a series CSV as dicts of strings."""
+    with path.open() as handle:
+        return list(csv.DictReader(handle))

@@ -3,15 +3,13 @@ permutation-alignment) at reduced sizes, and oracles for their helpers."""
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 import paramsym as ps
+from helpers import csv_rows, run_quick
 from paramsym.connectivity import (
     WeightMatchingConfig,
     matching_objective,
@@ -35,7 +33,6 @@ from paramsym.experiments.connectivity import (
     sum_of_squares,
 )
 from paramsym.experiments.registry import SilentProgress
-from paramsym.sweep import run_experiment
 
 F64 = torch.float64
 NAMES = ("minimum-components", "lmc-barrier", "symmetry-curves", "permutation-alignment")
@@ -43,22 +40,6 @@ NAMES = ("minimum-components", "lmc-barrier", "symmetry-curves", "permutation-al
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def _run(tmp_path: Path, name: str, overrides: dict[str, str]) -> tuple[Path, dict, dict]:
-    experiment = registry.get(name)
-    directory = tmp_path / name
-    run_experiment(experiment, experiment.config("quick", overrides), directory, workers=1)
-    saved = json.loads((directory / "metrics.json").read_text())
-    claims = {c["claim"]: c for c in saved["claims"]}
-    assert set(claims) == {c.text for c in experiment.claims}
-    assert (directory / "report.md").exists()
-    return directory, saved["metrics"], claims
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 # -- registration -------------------------------------------------------------------------------
@@ -97,7 +78,7 @@ def test_paper_presets_use_the_papers_sizes():
 
 def test_minimum_components_reduced(tmp_path):
     overrides = {"depths": "2,3", "widths": "2", "samples_per_component": "4", "resolution": "121"}
-    directory, metrics, claims = _run(tmp_path, "minimum-components", overrides)
+    directory, metrics, claims = run_quick(tmp_path, "minimum-components", overrides)
     for name in (
         "residual.csv",
         "square_linear.csv",
@@ -110,7 +91,7 @@ def test_minimum_components_reduced(tmp_path):
     assert metrics["max_path_loss"] < 1e-20
     assert metrics["aligned"] == metrics["alignment_cases"] == 6
     assert all(c["holds"] for c in claims.values())
-    rows = _rows(directory / "residual.csv")
+    rows = csv_rows(directory / "residual.csv")
     on_minimum = [
         abs(float(r["w3"]) * (float(r["w1"]) * float(r["w2"]) + float(r["epsilon"])) - 1.0)
         for r in rows
@@ -121,7 +102,7 @@ def test_minimum_components_reduced(tmp_path):
 
 def test_lmc_barrier_reduced(tmp_path):
     overrides = {"scales": "2,10,100", "alphas": "11", "widths": "3,5,4,2", "samples": "6"}
-    directory, metrics, claims = _run(tmp_path, "lmc-barrier", overrides)
+    directory, metrics, claims = run_quick(tmp_path, "lmc-barrier", overrides)
     assert (directory / "lmc_barrier.png").exists()
     assert metrics["max_relative_deviation"] < 1e-10
     # Fig 3.2's scalar net (X = Y = w1 = w2 = 1): the barrier at α = ½ is the closed form
@@ -131,7 +112,7 @@ def test_lmc_barrier_reduced(tmp_path):
     # the best permutation can only lower the midpoint loss
     for best, chord in zip(metrics["min_over_permutations"], metrics["deep_barriers"], strict=True):
         assert best <= chord * (1 + 1e-12)
-    chord_rows = _rows(directory / "chord.csv")
+    chord_rows = csv_rows(directory / "chord.csv")
     assert len(chord_rows) == 2 * 3 * 11
     assert all(c["holds"] for c in claims.values()), claims
 
@@ -156,7 +137,7 @@ def test_symmetry_curves_reduced(tmp_path):
         "orbit_probes": "1",
         "orbit_iterations": "5",
     }
-    directory, metrics, claims = _run(tmp_path, "symmetry-curves", overrides)
+    directory, metrics, claims = run_quick(tmp_path, "symmetry-curves", overrides)
     for name in ("output_change.csv", "curve_b.csv", "curve_c.csv", "chord_bound.csv"):
         assert (directory / name).exists(), name
     assert (directory / "symmetry_curves.png").exists()
@@ -166,7 +147,7 @@ def test_symmetry_curves_reduced(tmp_path):
     assert metrics["b_gamma_max_change"] < 1e-10
     assert metrics["c_gamma_max_change"] < 1e-10
     assert metrics["c_chord_barrier"] > metrics["b_chord_barrier"] > 0
-    rows = _rows(directory / "chord_bound.csv")
+    rows = csv_rows(directory / "chord_bound.csv")
     assert len(rows) == 4
     for row in rows:  # the orbit distance is optimised from the curve point: never larger
         assert float(row["orbit_distance"]) <= float(row["curve_distance"]) * (1 + 1e-9)
@@ -175,9 +156,9 @@ def test_symmetry_curves_reduced(tmp_path):
 
 def test_permutation_alignment_reduced(tmp_path):
     overrides = {"hidden": "48", "pairs": "1", "epochs": "3", "alphas": "5"}
-    directory, metrics, claims = _run(tmp_path, "permutation-alignment", overrides)
+    directory, metrics, claims = run_quick(tmp_path, "permutation-alignment", overrides)
     assert (directory / "permutation_alignment.png").exists()
-    assert len(_rows(directory / "chords.csv")) == 5
+    assert len(csv_rows(directory / "chords.csv")) == 5
     assert metrics["widths"] == [64, 48, 10]
     assert metrics["max_function_change"] < 1e-4
     assert metrics["distance_after"][0] < metrics["distance_before"][0]

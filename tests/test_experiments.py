@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -12,7 +14,7 @@ import experiments_for_tests  # noqa: F401  (registers "test-counter")
 from paramsym.cli import main
 from paramsym.errors import ExperimentError
 from paramsym.experiments import registry
-from paramsym.experiments.registry import Result, mean_over_seeds
+from paramsym.experiments.registry import Claim, ClaimTally, Result, mean_over_seeds
 from paramsym.report import atomic_write_text, write_index
 from paramsym.sweep import rebuild_reports, run_experiment
 
@@ -58,6 +60,21 @@ def test_mean_over_seeds():
     assert merged.metrics["a"] == 2.0
     assert merged.metrics["a_per_seed"] == [1.0, 3.0]
     assert merged.metrics["b"] == "x"
+
+
+def test_a_claim_may_be_not_evaluated():
+    def check(result):
+        return "not evaluated: no peer", None
+
+    outcome = Claim("peer agrees", "test", "ours ≤ peer", check).evaluate(Result())
+    assert outcome.holds is None
+    assert outcome.to_dict()["holds"] is None
+    holding = Claim("c", "s", "e", lambda r: (1.0, np.bool_(True))).evaluate(Result())
+    assert holding.holds is True
+    tally = ClaimTally.of([True, False, None, True])
+    assert (tally.holding, tally.failing, tally.not_evaluated, tally.total) == (2, 1, 1, 4)
+    assert str(tally) == "2 / 4, 1 not evaluated"
+    assert str(ClaimTally.of([True, True])) == "2 / 2"
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -185,6 +202,74 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
 
 
+@pytest.fixture
+def counter_with_a_peer_claim(monkeypatch):
+    """test-counter with a third claim that cannot be evaluated (its peer is "not installed")."""
+    experiment = registry.get("test-counter")
+    peer = Claim(
+        "value agrees with the peer",
+        "test",
+        "value = peer's",
+        lambda r: ("not evaluated: peer not installed", None),
+    )
+    patched = dataclasses.replace(experiment, claims=(*experiment.claims, peer))
+    monkeypatch.setitem(registry._REGISTRY, "test-counter", patched)
+    return patched
+
+
+def test_not_evaluated_claim_round_trips_and_is_not_counted_as_failing(
+    tmp_path, counter_with_a_peer_claim
+):
+    """A claim whose check returns holds=None is saved as null, shown as "not evaluated" in
+    report.md, the CLI claims table and index.html, and counted neither as holding nor failing."""
+    out = tmp_path / "test-counter" / "20260101-000000"
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["run", "test-counter", "--out", str(out)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if "value agrees with the peer" in line]
+    assert len(table) == 1
+    assert "not evaluated" in table[0].split("not evaluated: peer not installed")[-1]
+    text = (out / "metrics.json").read_text()
+    assert '"holds": null' in text
+    assert [c["holds"] for c in json.loads(text)["claims"]] == [True, True, None]
+    report = (out / "report.md").read_text()
+    assert "| not evaluated: peer not installed | *not evaluated* |" in report
+    assert report.count("| yes |") == 2
+    assert "**no**" not in report
+
+    rebuilt = CliRunner(env={"COLUMNS": "250"}).invoke(main, ["report", str(out)])
+    assert rebuilt.exit_code == 0
+    assert "not evaluated" in rebuilt.output.split("value agrees with the peer")[-1]
+
+    page = write_index(tmp_path).read_text()
+    assert "2 of 3 claims hold, 1 not evaluated, in 1 experiments" in page
+    assert '<span class="na">not evaluated</span>' in page
+    assert "does not hold" not in page
+
+
+def test_reproduce_and_sweep_summaries_count_not_evaluated_apart(
+    tmp_path, counter_with_a_peer_claim
+):
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["reproduce", "--only", "test-counter", "--runs-dir", str(tmp_path / "runs")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 / 3, 1 not evaluated" in result.output
+    assert "2 of 3 claims hold, 1 not evaluated," in (tmp_path / "runs" / "index.html").read_text()
+    experiment = counter_with_a_peer_claim
+    grid = tmp_path / "grid"
+    run_experiment(experiment, experiment.config("quick"), grid, grid={"offset": ["0", "3"]})
+    summary = (grid / "report.md").read_text()
+    assert "| offset=0 | 2 / 3, 1 not evaluated |" in summary
+    assert "| offset=3 | 1 / 3, 1 not evaluated |" in summary  # value < 2 fails at offset 3
+    failing = experiment.config("quick", {"offset": "3"})
+    run_experiment(experiment, failing, tmp_path / "one" / "test-counter" / "20260101-000000")
+    page = write_index(tmp_path / "one").read_text()
+    assert "1 of 3 claims hold, 1 not evaluated, in 1 experiments" in page
+    assert page.count("does not hold") == 1
+
+
 # -- command line --------------------------------------------------------------------------
 
 
@@ -268,7 +353,9 @@ def test_reproduce_skips_experiments_whose_data_is_missing(tmp_path, monkeypatch
 
 # Experiments whose quick-preset claims all hold on this machine. The others report claims
 # that fail at quick size or on this hardware (wall-clock against a tiny network, digits instead
-# of MNIST); README's experiment table gives each measured value and the reason.
+# of MNIST), or that cannot be evaluated here (holds null: cnn-weight-matching's comparison with
+# rebasin when rebasin is not installed); README's experiment table gives each measured value
+# and the reason.
 QUICK_CLAIMS_HOLD = (
     "symmetry-catalogue",
     "flat-minimum",
@@ -285,6 +372,7 @@ QUICK_CLAIMS_HOLD = (
     "permutation-alignment",
     "surrogate-spectrum",
     "factor-estimation",
+    "architecture-catalogue",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",
@@ -300,6 +388,8 @@ QUICK_CLAIMS_REPORTED = (
     "group-ensemble",
     "global-curvature-structure",
     "symo-training",
+    "teleport-cnn",
+    "cnn-weight-matching",
 )
 
 
@@ -326,8 +416,10 @@ def test_make_demo_reproduces_every_library_experiment(tmp_path, monkeypatch):
     for name in QUICK_CLAIMS_REPORTED:
         claims = _claims(runs, name)
         assert claims, name
-        assert all(isinstance(c["holds"], bool) for c in claims), name
+        assert all(c["holds"] is None or isinstance(c["holds"], bool) for c in claims), name
         assert all(c["measured"] for c in claims), name
+        not_evaluated = [c["measured"] for c in claims if c["holds"] is None]
+        assert all(m.startswith("not evaluated") for m in not_evaluated), (name, not_evaluated)
         assert list(runs.glob(f"{name}/*/*.png")), name
     page = (runs / "index.html").read_text()
     assert 'id="teleport-mnist"' in page

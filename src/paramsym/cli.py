@@ -77,15 +77,17 @@ def _one_line_errors() -> Iterator[None]:
         raise click.ClickException(f"permission denied: {error.filename}") from None
 
 
+VERDICTS = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]not evaluated[/]"}
+"""How the claims table shows ``ClaimOutcome.holds`` (None: the run could not evaluate it)."""
+
+
 def _claims_table(outcome: RunOutcome) -> Table:
     table = Table(title=f"{outcome.experiment}: claims", show_lines=False)
     for column in ("claim", "source", "expected", "measured", "holds"):
         table.add_column(column, overflow="fold")
     for o in outcome.outcomes:
         measured = f"{o.measured:.4g}" if isinstance(o.measured, float) else str(o.measured)
-        table.add_row(
-            o.claim, o.source, o.expected, measured, "[green]yes[/]" if o.holds else "[red]no[/]"
-        )
+        table.add_row(o.claim, o.source, o.expected, measured, VERDICTS[o.holds])
     return table
 
 
@@ -311,10 +313,9 @@ def reproduce_command(
                 skipped[experiment.name] = str(error).splitlines()[0]
                 summary.add_row(experiment.name, "[yellow]skipped: data missing[/]", "-", "-")
                 continue
-            holding = sum(o.holds for o in outcome.outcomes)
             summary.add_row(
                 experiment.name,
-                f"{holding} / {len(outcome.outcomes)}",
+                str(registry.ClaimTally.of(o.holds for o in outcome.outcomes)),
                 f"{time.perf_counter() - start:.1f}",
                 str(outcome.directory),
             )

@@ -5,6 +5,7 @@ Layout of one run directory::
     RUN_DIR/config.json     what was run (experiment, preset, config, seeds, versions, machine)
     RUN_DIR/members/        one JSON per finished (grid point, seed), for resuming
     RUN_DIR/metrics.json    metrics and "claims": [{claim, source, expected, measured, holds}]
+                            (holds: true, false, or null where the claim was not evaluated)
     RUN_DIR/<table>.csv     the series behind each figure
     RUN_DIR/<figure>.png    the figures, drawn with the seed's axes
     RUN_DIR/report.md       all of the above for a reader
@@ -32,7 +33,7 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt
 
 from paramsym.errors import ExperimentError
-from paramsym.experiments.registry import config_to_dict
+from paramsym.experiments.registry import ClaimTally, config_to_dict
 
 if TYPE_CHECKING:
     from paramsym.experiments.registry import ClaimOutcome, Experiment, Result
@@ -125,6 +126,10 @@ def write_run_outputs(
     atomic_write_text(directory / "metrics.json", json.dumps(metrics, indent=2, default=str))
 
 
+MARKDOWN_VERDICTS = {True: "yes", False: "**no**", None: "*not evaluated*"}
+"""How report.md shows ``ClaimOutcome.holds`` (None: the run could not evaluate the claim)."""
+
+
 def _report_markdown(
     experiment: Experiment,
     config: Any,
@@ -149,7 +154,7 @@ def _report_markdown(
     for o in outcomes:
         lines.append(
             f"| {o.claim} | {o.source} | {o.expected} | {_format(o.measured)} "
-            f"| {'yes' if o.holds else '**no**'} |"
+            f"| {MARKDOWN_VERDICTS[o.holds]} |"
         )
     if not outcomes:
         lines.append("| (no claims) | | | | |")
@@ -182,11 +187,8 @@ def write_sweep_summary(
     ]
     for point in point_directories:
         metrics = json.loads((point / "metrics.json").read_text())
-        holding = sum(c["holds"] for c in metrics["claims"])
-        lines.append(
-            f"| {point.name} | {holding} / {len(metrics['claims'])} "
-            f"| [report]({point.name}/report.md) |"
-        )
+        tally = ClaimTally.of(c["holds"] for c in metrics["claims"])
+        lines.append(f"| {point.name} | {tally} | [report]({point.name}/report.md) |")
     atomic_write_text(directory / "report.md", "\n".join(lines) + "\n")
 
 
@@ -211,10 +213,24 @@ h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; width: 100%; margin: 1em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ccc; padding: 0.35em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } .yes { color: #137333; font-weight: 600; }
-.no { color: #b3261e; font-weight: 600; } .skip { color: #666; }
+.no { color: #b3261e; font-weight: 600; } .skip { color: #666; } .na { color: #888; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 .meta { color: #555; font-size: 0.9em; }
 """
+
+
+HTML_VERDICTS = {
+    True: '<span class="yes">holds</span>',
+    False: '<span class="no">does not hold</span>',
+    None: '<span class="na">not evaluated</span>',
+}
+"""How index.html shows a claim's ``holds`` (None / null: the run could not evaluate it)."""
+
+
+def _summary(tally: ClaimTally) -> str:
+    """``"5 of 6 claims hold, 1 not evaluated,"``: a not-evaluated claim neither holds nor fails."""
+    text = f"{tally.holding} of {tally.total} claims hold"
+    return text + (f", {tally.not_evaluated} not evaluated," if tally.not_evaluated else "")
 
 
 def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Path:
@@ -225,19 +241,14 @@ def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Pa
     runs = completed_runs(runs_root)
     rows: list[str] = []
     sections: list[str] = []
-    total = holding = 0
+    holds: list[bool | None] = []
     for run in runs:
         metrics = json.loads((run / "metrics.json").read_text())
         name = html.escape(metrics["experiment"])
         relative = run.relative_to(runs_root).as_posix()
         for claim in metrics["claims"]:
-            total += 1
-            holding += bool(claim["holds"])
-            verdict = (
-                '<span class="yes">holds</span>'
-                if claim["holds"]
-                else '<span class="no">does not hold</span>'
-            )
+            holds.append(claim["holds"])
+            verdict = HTML_VERDICTS[claim["holds"]]
             rows.append(
                 "<tr>"
                 f'<td><a href="#{name}">{name}</a></td>'
@@ -269,7 +280,7 @@ def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Pa
         "<title>paramsym: reproduced claims</title>"
         f"<style>{_STYLE}</style></head><body>"
         "<h1>paramsym — reproduced claims</h1>"
-        f"<p class='meta'>{holding} of {total} claims hold in {len(runs)} experiments.</p>"
+        f"<p class='meta'>{_summary(ClaimTally.of(holds))} in {len(runs)} experiments.</p>"
         "<table><tr><th>experiment</th><th>claim</th><th>source</th><th>expected</th>"
         "<th>measured</th><th>verdict</th></tr>"
         + "".join(rows)

@@ -3,6 +3,7 @@
 from paramsym.experiments.registry import (
     Claim,
     ClaimOutcome,
+    ClaimTally,
     Experiment,
     Progress,
     Result,
@@ -15,6 +16,7 @@ from paramsym.experiments.registry import (
 __all__ = [
     "Claim",
     "ClaimOutcome",
+    "ClaimTally",
     "Experiment",
     "Progress",
     "Result",

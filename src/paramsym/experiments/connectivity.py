@@ -107,11 +107,11 @@ def log_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return math.log(ys[-1] / ys[-2]) / math.log(xs[-1] / xs[-2])
 
 
-def _spread(values: Sequence[float]) -> str:
-    """``mean ± std`` (or the single value)."""
+def spread(values: Sequence[float], digits: int = 4) -> str:
+    """``mean ± std`` (or the single value), the mean to ``digits`` significant digits."""
     if len(values) == 1:
-        return f"{values[0]:.4g}"
-    return f"{statistics.fmean(values):.4g} ± {statistics.stdev(values):.2g}"
+        return f"{values[0]:.{digits}g}"
+    return f"{statistics.fmean(values):.{digits}g} ± {statistics.stdev(values):.2g}"
 
 
 def _per_pair(values: Sequence[float]) -> list[float]:
@@ -1198,7 +1198,7 @@ def plot_alignment(result: Result) -> dict[str, Any]:
 def _barrier_reduction(r: Result) -> tuple[str, bool]:
     before, after = r.metrics["loss_barrier_naive"], r.metrics["loss_barrier_matched"]
     return (
-        f"test-loss barrier {_spread(before)} → {_spread(after)} over {len(before)} pairs",
+        f"test-loss barrier {spread(before)} → {spread(after)} over {len(before)} pairs",
         all(a < 0.5 * b for a, b in zip(after, before, strict=True)),
     )
 
@@ -1206,7 +1206,7 @@ def _barrier_reduction(r: Result) -> tuple[str, bool]:
 def _error_reduction(r: Result) -> tuple[str, bool]:
     before, after = r.metrics["error_barrier_naive"], r.metrics["error_barrier_matched"]
     return (
-        f"test-error barrier {_spread(before)} → {_spread(after)}",
+        f"test-error barrier {spread(before)} → {spread(after)}",
         statistics.fmean(after) < statistics.fmean(before),
     )
 

@@ -6,7 +6,10 @@ An experiment is a function ``run(config, progress) -> Result`` registered with
 * two presets of a frozen dataclass config: ``quick`` (seconds to minutes on a 2-core CPU,
   data that is always available) and ``paper`` (the seed's own sizes);
 * the seed's **claims**: what the paper reports (a number, an ordering) and a check that
-  measures the same quantity on the result and says whether it holds;
+  measures the same quantity on the result and says whether it holds, or that it cannot be
+  evaluated in this run (``holds=None``: an optional peer is not installed, the run has nothing
+  the claim is about); reports show such a claim as "not evaluated" and count it neither as
+  holding nor as failing;
 * an optional ``plot(result) -> {filename: Figure}`` drawing the figure with the seed's axes,
   and an ``aggregate(results) -> Result`` combining runs over several seeds (default: mean and
   standard deviation of every numeric metric, series from the first seed).
@@ -67,12 +70,15 @@ class Claim:
         source: where the paper says it, e.g. ``"seed 001, Fig 2.7"``.
         expected: the reported value or ordering, e.g. ``"≥ 700 of 750 with |λ| ≤ 1e-3"``.
         check: ``result -> (measured, holds)``; ``measured`` is shown as is in reports.
+            ``holds`` is ``True`` or ``False``, or ``None`` when the claim cannot be evaluated on
+            this run (say why in ``measured``, e.g. ``"not evaluated: rebasin not installed"``);
+            a check that raises gives ``holds=False`` with ``"check failed: …"``.
     """
 
     text: str
     source: str
     expected: str
-    check: Callable[[Result], tuple[Any, bool]]
+    check: Callable[[Result], tuple[Any, bool | None]]
 
     def evaluate(self, result: Result) -> ClaimOutcome:
         try:
@@ -81,21 +87,60 @@ class Claim:
             return ClaimOutcome(
                 self.text, self.source, self.expected, f"check failed: {error}", False
             )
-        return ClaimOutcome(self.text, self.source, self.expected, _plain(measured), bool(holds))
+        return ClaimOutcome(
+            self.text,
+            self.source,
+            self.expected,
+            _plain(measured),
+            None if holds is None else bool(holds),
+        )
 
 
 @dataclass(frozen=True)
 class ClaimOutcome:
-    """A claim with its measured value: one row of ``metrics.json["claims"]``."""
+    """A claim with its measured value: one row of ``metrics.json["claims"]``.
+
+    ``holds`` is ``True`` (the measurement supports the claim), ``False`` (it does not) or
+    ``None`` (not evaluated: the run could not measure it; ``null`` in JSON). A claim that is
+    not evaluated counts neither as holding nor as failing (see :class:`ClaimTally`).
+    """
 
     claim: str
     source: str
     expected: str
     measured: Any
-    holds: bool
+    holds: bool | None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ClaimTally:
+    """How many claims hold, fail and were not evaluated, for summaries such as
+    ``"5 / 6, 1 not evaluated"`` (``total`` counts every claim)."""
+
+    holding: int
+    failing: int
+    not_evaluated: int
+
+    @classmethod
+    def of(cls, holds: Iterable[bool | None]) -> ClaimTally:
+        """Tally ``ClaimOutcome.holds`` values (or the ``"holds"`` of ``metrics.json``)."""
+        values = list(holds)
+        return cls(
+            holding=sum(v is True for v in values),
+            failing=sum(v is False for v in values),
+            not_evaluated=sum(v is None for v in values),
+        )
+
+    @property
+    def total(self) -> int:
+        return self.holding + self.failing + self.not_evaluated
+
+    def __str__(self) -> str:
+        text = f"{self.holding} / {self.total}"
+        return text + (f", {self.not_evaluated} not evaluated" if self.not_evaluated else "")
 
 
 T = TypeVar("T")
@@ -225,6 +270,9 @@ LIBRARY_MODULES = (
     "paramsym.experiments.group_ensemble",
     "paramsym.experiments.global_curvature",
     "paramsym.experiments.symo_training",
+    "paramsym.experiments.architectures",
+    "paramsym.experiments.teleport_cnn",
+    "paramsym.experiments.cnn_matching",
 )
 """Modules whose import registers the library's experiments (one module per seed)."""
 

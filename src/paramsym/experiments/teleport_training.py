@@ -112,6 +112,29 @@ def load_split(dataset: str, data_dir: str | None, seed: int, *, holdout: str) -
     return Split(dataset, x[order[:50_000]], y[order[:50_000]], x_test, data.y_test)
 
 
+def image_split(
+    dataset: str, data_dir: str | None, seed: int, *, holdout: str
+) -> tuple[Split, int, int]:
+    """:func:`load_split` with the inputs shaped for a CNN with one input channel: digits as
+    ``(n, 1, 8, 8)``, MNIST as ``(n, 1, 28, 28)``, MNIST-1D as ``(n, 1, 40)``; also returns the
+    number of spatial dimensions (2 or 1) and the side (or length) of an input."""
+    split = load_split(dataset, data_dir, seed, holdout=holdout)
+    if dataset == "mnist1d":
+        dims, size = 1, split.inputs
+        shape: tuple[int, ...] = (1, size)
+    else:
+        dims, size = 2, math.isqrt(split.inputs)
+        shape = (1, size, size)
+    shaped = Split(
+        split.name,
+        split.x_train.reshape(-1, *shape),
+        split.y_train,
+        split.x_val.reshape(-1, *shape),
+        split.y_val,
+    )
+    return shaped, dims, size
+
+
 def classifier(inputs: int, hidden: Sequence[int], slope: float, seed: int) -> nn.Sequential:
     """``inputs``-hidden…-10 MLP, LeakyReLU(slope), no biases, PyTorch's default init."""
     return ps.mlp([inputs, *hidden, 10], nn.LeakyReLU(slope), bias=False, seed=seed)
@@ -278,7 +301,7 @@ class Curve:
     warnings: list[str] = field(default_factory=list)
 
 
-def _loss(
+def mean_loss(
     model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor
 ) -> float:
     """Mean loss over ``(x, y)``, evaluated in chunks."""
@@ -291,7 +314,8 @@ def _loss(
     return total / x.shape[0]
 
 
-def _squared_grad_norm(model: nn.Module) -> float:
+def squared_grad_norm(model: nn.Module) -> float:
+    """‖∇L‖² of the gradients currently in ``model``'s ``.grad`` fields."""
     return sum(float(p.grad.pow(2).sum()) for p in model.parameters() if p.grad is not None)
 
 
@@ -322,8 +346,8 @@ def train_classifier(
     before and after each teleport is recorded (outside the clock)."""
     loss_fn = tele.loss_fn
     curve = Curve(
-        [_loss(model, loss_fn, split.x_train, split.y_train)],
-        [_loss(model, loss_fn, split.x_val, split.y_val)],
+        [mean_loss(model, loss_fn, split.x_train, split.y_train)],
+        [mean_loss(model, loss_fn, split.x_val, split.y_val)],
         [0.0],
     )
     clock = 0.0
@@ -333,12 +357,12 @@ def train_classifier(
         squared, steps, stepping = 0.0, 0, 0.0
         for start in range(0, n, batch_size):
             if tele.schedule.due(tele.step_count):
-                before = _loss(model, loss_fn, split.x_train, split.y_train)
+                before = mean_loss(model, loss_fn, split.x_train, split.y_train)
                 with recorded_warnings(curve.warnings):
                     event = tele.maybe_teleport()
                 if event is not None:
                     clock += event.seconds
-                    after = _loss(model, loss_fn, split.x_train, split.y_train)
+                    after = mean_loss(model, loss_fn, split.x_train, split.y_train)
                     curve.events.append(_event_record(event, epoch - 1, before, after))
             index = permutation[start : start + batch_size]
             tick = time.perf_counter()
@@ -346,14 +370,14 @@ def train_classifier(
             loss_fn(model(split.x_train[index]), split.y_train[index]).backward()
             tele.step()
             stepping += time.perf_counter() - tick
-            squared += _squared_grad_norm(model)
+            squared += squared_grad_norm(model)
             steps += 1
         clock += stepping
         curve.epoch_seconds.append(stepping)
         curve.grad_norm_sq.append(squared / steps)
         curve.seconds.append(clock)
-        curve.train_loss.append(_loss(model, loss_fn, split.x_train, split.y_train))
-        curve.val_loss.append(_loss(model, loss_fn, split.x_val, split.y_val))
+        curve.train_loss.append(mean_loss(model, loss_fn, split.x_train, split.y_train))
+        curve.val_loss.append(mean_loss(model, loss_fn, split.x_val, split.y_val))
         if not math.isfinite(curve.train_loss[-1]):  # diverged: the rest of the curve is NaN
             missing = epochs - epoch
             curve.train_loss += [math.nan] * missing
@@ -495,7 +519,7 @@ def teleport_cost(curves: Sequence[Curve]) -> tuple[float, float, float]:
 # -- plotting helpers -----------------------------------------------------------------------------
 
 
-def _groups(table: Mapping[str, list[Any]], value: str, x: str = "epoch") -> dict[str, Any]:
+def log_bands(table: Mapping[str, list[Any]], value: str, x: str = "epoch") -> dict[str, Any]:
     """``{arm: (xs, centre, lower, upper)}`` over runs from a long-format table, for log axes:
     the geometric mean and ±1 standard deviation of log10(value) (diverged runs give gaps)."""
     out: dict[str, Any] = {}
@@ -513,13 +537,14 @@ def _groups(table: Mapping[str, list[Any]], value: str, x: str = "epoch") -> dic
     return out
 
 
-def _plot_band(axes: Any, xs: Any, centre: Any, lower: Any, upper: Any, **style: Any) -> None:
+def plot_band(axes: Any, xs: Any, centre: Any, lower: Any, upper: Any, **style: Any) -> None:
+    """One of :func:`log_bands`'s arms: the centre line and, where it has width, the band."""
     axes.plot(xs, centre, **style)
     if np.nanmax(upper - lower, initial=0.0) > 0:
         axes.fill_between(xs, lower, upper, color=style.get("color"), alpha=0.2)
 
 
-def _plot_losses(
+def plot_losses(
     axes: Any,
     table: Mapping[str, list[Any]],
     arms: Sequence[str],
@@ -528,12 +553,12 @@ def _plot_losses(
     labels: Mapping[str, str] | None = None,
 ) -> None:
     """Training loss solid, validation loss dashed (geometric mean ± std over runs), log y."""
-    train = _groups(table, "train_loss", x)
-    val = _groups(table, "val_loss", x)
+    train = log_bands(table, "train_loss", x)
+    val = log_bands(table, "val_loss", x)
     for arm in arms:
         name = (labels or {}).get(arm, arm)
-        _plot_band(axes, *train[arm], color=colours[arm], label=f"{name} (train)")
-        _plot_band(axes, *val[arm], color=colours[arm], linestyle="--", label=f"{name} (val)")
+        plot_band(axes, *train[arm], color=colours[arm], label=f"{name} (train)")
+        plot_band(axes, *val[arm], color=colours[arm], linestyle="--", label=f"{name} (val)")
     axes.set_yscale("log")
     axes.set_xlabel("epoch" if x == "epoch" else "wall-clock time (s)")
     axes.set_ylabel("loss")
@@ -748,12 +773,12 @@ def plot_teleport_mnist(result: Result) -> dict[str, Any]:
     for column, name in enumerate(("SGD", "AdaGrad")):
         arms = [name, f"{name} + teleport"]
         colours = dict(zip(arms, (COLOURS["no teleport"], COLOURS["teleport"]), strict=True))
-        _plot_losses(axes[0, column], table, arms, colours)
+        plot_losses(axes[0, column], table, arms, colours)
         axes[0, column].set_title(f"({'ab'[column]}) {name}: loss")
         axes[0, column].legend(fontsize=8)
-        grads = _groups(gradients, "grad_norm_sq")
+        grads = log_bands(gradients, "grad_norm_sq")
         for arm in arms:
-            _plot_band(axes[1, column], *grads[arm], color=colours[arm], label=arm)
+            plot_band(axes[1, column], *grads[arm], color=colours[arm], label=arm)
         axes[1, column].set_yscale("log")
         axes[1, column].set_xlabel("epoch")
         axes[1, column].set_ylabel("mean ‖∇L‖² of the epoch's mini-batches")
@@ -1011,7 +1036,7 @@ def plot_schedules(result: Result) -> dict[str, Any]:
         arms = ["no teleport", *(f"{panel}: {label}" for label in labels)]
         colours = {"no teleport": "black", **_palette(arms[1:])}
         names = {arm: arm.split(": ", 1)[-1] for arm in arms}
-        _plot_losses(ax, table, arms, colours, labels=names)
+        plot_losses(ax, table, arms, colours, labels=names)
         ax.set_title(titles[panel])
         ax.legend(fontsize=7, ncol=2)
     figure.suptitle(f"teleportation schedules with SGD ({result.metrics['dataset']}), Fig 4.8")
@@ -1123,7 +1148,7 @@ def train_regression(model: nn.Module, tele: ps.Teleporter, batch: Any, steps: i
         loss = tele.loss_fn(model(x), y)
         loss.backward()
         out.loss.append(float(loss.detach()))
-        out.grad_norm_sq.append(_squared_grad_norm(model))
+        out.grad_norm_sq.append(squared_grad_norm(model))
         tele.step()
     if tele.history:
         result = tele.history[0].results[0]
@@ -1477,9 +1502,9 @@ def _plot_optimizer_panel(
     ax: Any, table: Mapping[str, list[Any]], arms: Sequence[str], colours: Mapping[str, str], x: str
 ) -> None:
     """Test loss solid with a ±1 std band, training loss dashed (Fig 5.10's convention)."""
-    val, train = _groups(table, "val_loss", x), _groups(table, "train_loss", x)
+    val, train = log_bands(table, "val_loss", x), log_bands(table, "train_loss", x)
     for arm in arms:
-        _plot_band(ax, *val[arm], color=colours[arm], label=f"{arm} (test)")
+        plot_band(ax, *val[arm], color=colours[arm], label=f"{arm} (test)")
         xs, centre, _, _ = train[arm]
         ax.plot(xs, centre, color=colours[arm], linestyle="--", label=f"{arm} (train)")
     ax.set_yscale("log")
@@ -1504,11 +1529,11 @@ def _plot_regression(result: Result) -> Any:
             "step": [table["step"][i] for i in rows],
             "loss": [table["loss"][i] for i in rows],
         }
-        groups = _groups(sub, "loss", "step")
+        groups = log_bands(sub, "loss", "step")
         colours = {"no teleport": "black", **_palette(list(groups)[1:])}
         for arm, band in groups.items():
             style = ":" if "control" in arm else "-"
-            _plot_band(ax, *band, color=colours[arm], linestyle=style, label=arm)
+            plot_band(ax, *band, color=colours[arm], linestyle=style, label=arm)
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
