@@ -14,6 +14,19 @@ PIP           := $(BIN)/python -m pip install --disable-pip-version-check -c $(C
 # unpinned jax/tensorflow that would pull incompatible newest releases.
 NT_VENV       := .venv-nt
 NT_PIP        := $(NT_VENV)/bin/python -m pip install --disable-pip-version-check
+# The benchmark peers (the bench extra of pyproject.toml) go into .venv by name, not as
+# `.[bench]`: curvlinops-for-pytorch depends on backpack-for-pytorch, which requires torchvision
+# but imports it only in backpack.utils.examples (an MNIST loader). The torchvision wheels pip
+# finds do not load with the pinned CPU torch ("operator torchvision::nms does not exist"), and
+# an installed torchvision that fails to load breaks transformers' model classes, which the tests
+# import. So those two go in with --no-deps, their other runtime dependencies by name (pip's
+# resolver pulls torchvision back for them even when they are already installed). Keep these
+# lists in step with the bench extra. A torchvision that does not load (left by an earlier
+# `make bench`) is removed.
+BENCH_PEERS   := "pyhessian>=0.1" "rebasin==0.0.47"
+BENCH_NO_DEPS := "curvlinops-for-pytorch>=2.0" "backpack-for-pytorch>=1.6"
+BENCH_DEPS    := "einops>=0.3,<1" "einconv>=0.1" "unfoldNd>=0.2,<1" "linear_operator>=0.2" \
+                 "opt-einsum>=3.4" "tqdm>=4"
 
 .PHONY: test demo tour bench bench-nt-env lint typecheck clean
 
@@ -32,7 +45,11 @@ $(VENV)/.dev: $(VENV)/.torch pyproject.toml
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.dev
-	$(PIP) -e ".[dev,bench]"
+	$(PIP) $(BENCH_PEERS) $(BENCH_DEPS)
+	$(PIP) --no-deps $(BENCH_NO_DEPS)
+	$(BIN)/python -c "import torchvision" 2>/dev/null || $(BIN)/python -m pip uninstall -y -q torchvision
+	$(BIN)/python -c "import curvlinops, pyhessian, rebasin, torch_pruning, paramsym; \
+		from transformers import BertModel, GPT2Model"
 	touch $@
 
 test: $(VENV)/.dev
@@ -50,6 +67,7 @@ bench: $(VENV)/.bench $(NT_VENV)/.installed
 	$(BIN)/python benchmarks/bench_teleport.py --out benchmarks/results/teleport.json
 	$(BIN)/python benchmarks/bench_connectivity.py --out benchmarks/results/connectivity.json
 	$(BIN)/python benchmarks/bench_symo.py --out benchmarks/results/symo.json
+	$(BIN)/python benchmarks/bench_detect.py --out benchmarks/results/detect.json
 
 $(NT_VENV)/.installed:
 	test -x $(NT_VENV)/bin/python || $(PYTHON) -m venv $(NT_VENV)
