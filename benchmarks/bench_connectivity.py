@@ -17,6 +17,15 @@ Figures: median seconds of each (timed round-robin in the same process, each cal
 copy of model B), their ratio, and the barrier reduction each achieves: the test-loss and
 test-error barriers along the chord A → B before and after alignment, and ‖θ_A − π·θ_B‖.
 
+The ``cnn_resnet`` section (issue 12) does the same on a pair of small ResNets with BatchNorm
+(the ``cnn-weight-matching`` experiment's quick pair: widths 16, 32, trained on digits):
+``ps.weight_matching(model_a, model_b, example_input=x)`` derives the permutation groups from the
+traced graph on every call (the trace is inside the timing) and permutes the running statistics;
+rebasin leaves them unpermuted, so its aligned network's statistics are recomputed on the
+training images before its barrier is measured, and every barrier is taken with the
+statistics of each interpolated network recomputed (Git Re-Basin's protocol). Target: paramsym
+≥ 1.5× faster than rebasin at an equal or lower loss barrier.
+
 Run ``python benchmarks/bench_connectivity.py`` (``--smoke`` for a reduced run).
 """
 
@@ -33,6 +42,14 @@ import torch
 from torch import nn
 
 import paramsym as ps
+from paramsym.experiments.cnn_matching import (
+    CnnMatchingConfig,
+    chord,
+    image_data,
+    model_state,
+    reset_batchnorm_statistics,
+    train_resnet,
+)
 from paramsym.experiments.connectivity import (
     AlignmentConfig,
     classification_data,
@@ -129,6 +146,61 @@ def compare(
     return out
 
 
+def compare_cnn(epochs: int, repeats: int, input_samples: int) -> dict[str, Any]:
+    """Train a pair of small ResNets, align B to A with both implementations, time and score."""
+    config = CnnMatchingConfig(epochs=epochs, threads=0)
+    train, test = image_data(config)
+    model_a, model_b = (train_resnet(config, train, seed) for seed in (0, 1))
+    state_a = model_state(model_a)
+    x_train = train[0]
+
+    def barriers(state_b: dict[str, torch.Tensor]) -> dict[str, float]:
+        line = chord(model_a, state_a, state_b, test, 11, x_train)
+        return {"loss_barrier": line.loss_barrier, "error_barrier": line.error_barrier}
+
+    results: dict[str, Any] = {}
+
+    def ours() -> None:
+        results["paramsym"] = ps.weight_matching(model_a, model_b, example_input=x_train[:8])
+
+    fns = {"paramsym": ours}
+    input_data = x_train[:input_samples]
+    if PermutationCoordinateDescent is not None:
+
+        def theirs() -> None:
+            moved = copy.deepcopy(model_b)
+            PermutationCoordinateDescent(model_a, moved, input_data).rebasin()
+            results["rebasin"] = moved
+
+        fns["rebasin"] = theirs
+    seconds = round_robin(fns, repeats, warmup=1)
+    state_b = model_state(model_b)
+    matched = results["paramsym"]
+    out: dict[str, Any] = {
+        "model": "zoo ResNet, 1 block per stage, widths (16, 32), BatchNorm, digits 8x8",
+        "parameters": sum(p.numel() for p in model_a.parameters()),
+        "epochs": epochs,
+        "naive": barriers(state_b),
+        "paramsym": {
+            "seconds": seconds["paramsym"],
+            **barriers({**state_b, **{k: v for k, v in matched.params.items() if k in state_b}}),
+            "distance_before": matched.distance_before,
+            "distance_after": matched.distance_after,
+        },
+    }
+    if PermutationCoordinateDescent is None:
+        out["rebasin"] = "rebasin not installed"
+        return out
+    recomputed = model_state(reset_batchnorm_statistics(results["rebasin"], None, x_train))
+    out["rebasin"] = {"seconds": seconds["rebasin"], **barriers(recomputed)}
+    ratio = seconds["rebasin"] / seconds["paramsym"]
+    out["rebasin_over_paramsym_seconds"] = ratio
+    out["target_met"] = bool(
+        ratio >= 1.5 and out["paramsym"]["loss_barrier"] <= out["rebasin"]["loss_barrier"]
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/connectivity.json"))
@@ -147,6 +219,8 @@ def main() -> None:
         name: functools.partial(compare, hidden, args.epochs, args.repeats, args.input_samples)
         for name, hidden in architectures.items()
     }
+    cnn_epochs = 2 if args.smoke else 10
+    sections["cnn_resnet"] = functools.partial(compare_cnn, cnn_epochs, args.repeats, 64)
     run_sections(sections, args.out, {"smoke": args.smoke})
 
 

@@ -15,6 +15,8 @@ from torch import nn
 import paramsym as ps
 from helpers import assert_exact_symmetries, randomize_statistics_
 from paramsym.nn.zoo import ZOO, available_zoo
+from paramsym.symmetry.graph import analyse
+from paramsym.symmetry.graph.trace import TraceError, trace_forward
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -309,6 +311,45 @@ def test_every_zoo_model_keeps_its_output_under_every_exact_symmetry(name):
         warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
         found = ps.symmetries(model, example_input=x)
     assert_exact_symmetries(model, x, found, select=first_tensor)
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO if n in available_zoo()])
+def test_both_tracers_give_the_same_symmetries(name):
+    """make_fx (tried first, faster) and torch.export (the fallback) see the same graph."""
+    entry = ZOO[name]
+    model, x = entry.build(), entry.example_input(torch.Generator().manual_seed(0))
+
+    def summary(tracer):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
+            analysis = analyse(model, x, tracers=(tracer,))
+        found = [
+            (s.name, s.group, tuple(sorted(s.parameter_names)), tuple(sorted(s.buffer_names)))
+            for s in analysis.symmetries
+        ]
+        return found, sorted(analysis.unexplained)
+
+    assert summary("make_fx") == summary("export")
+
+
+def test_a_tensor_constant_in_the_forward_falls_back_to_export():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+            self.scale = torch.tensor([1.0, 2.0])  # a plain attribute, not a buffer
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x))) * self.scale
+
+    model, x = Scaled(), torch.randn(5, 3)
+    assert trace_forward(model, x).tracer == "export"
+    with pytest.raises(TraceError, match="FakeTensor"):
+        trace_forward(model, x, tracers=("make_fx",))
+    assert [s.name for s in ps.symmetries(model, example_input=x)] == [
+        "rescaling[a->b]",
+        "permutation[a->b]",
+    ]
 
 
 @pytest.mark.parametrize("name", ["gpt", "gpt-packed"])

@@ -474,23 +474,18 @@ def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
 
 
 def _cost_matrix(
-    state_a: Mapping[str, Tensor],
+    rows_a: Sequence[tuple[Slot, Tensor]],
     current: Mapping[str, Tensor],
-    slots: Sequence[Slot],
     width: int,
-    spec: PermutationSpec,
     p: Tensor,
 ) -> np.ndarray:
     """C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own permutation undone⟩,
-    so that J = const + Σ_i C[i, p(i)]."""
+    so that J = const + Σ_i C[i, p(i)]. ``rows_a`` holds each matched slot with θ_A's rows
+    (float64, computed once per call); ``current`` is θ_B in float64."""
     cost = torch.zeros(width, width, dtype=torch.float64)
-    for slot in slots:
-        if slot.name in spec.unmatched:
-            continue
-        rows_a = _neuron_rows(state_a[slot.name], slot, width).double()
-        rows_b = _neuron_rows(current[slot.name], slot, width).double()
-        cost += (rows_a @ rows_b.T).cpu()  # [i, i'] pairs A's row i with original row p[i']
-    undo = torch.argsort(p.cpu())
+    for slot, a in rows_a:
+        cost += (a @ _neuron_rows(current[slot.name], slot, width).T).cpu()
+    undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
     return cost[:, undo].numpy()
 
 
@@ -589,8 +584,18 @@ def _coordinate_descent(
     """One descent from the identity: (permutations, aligned state, J history, sweeps,
     converged), visiting the groups in the random orders of ``seed``."""
     permutations = {g: torch.arange(a.width) for g, a in actions.items()}
-    current = dict(state_b)
-    objective = matching_objective(state_a, current, spec)
+    # One conversion to float64 per call (permutations are exact in any dtype); the result is
+    # cast back to the input dtypes at the end.
+    wide_a, current = _wide(state_a), _wide(state_b)
+    rows_a = {
+        group: [
+            (slot, _neuron_rows(wide_a[slot.name], slot, action.width))
+            for slot in action.slots
+            if slot.name not in spec.unmatched
+        ]
+        for group, action in actions.items()
+    }
+    objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
     order_rng = np.random.default_rng(seed)
@@ -603,7 +608,7 @@ def _coordinate_descent(
             group = names[int(index)]
             action = actions[group]
             old = permutations[group]
-            cost = _cost_matrix(state_a, current, action.slots, action.width, spec, old)
+            cost = _cost_matrix(rows_a[group], current, action.width, old)
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
             rows = np.arange(action.width)
             gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
@@ -611,7 +616,7 @@ def _coordinate_descent(
                 continue
             new = torch.as_tensor(columns, dtype=torch.long)
             candidate = action.act(current, action.compose(new, action.inverse(old)))
-            value = matching_objective(state_a, candidate, spec)
+            value = matching_objective(wide_a, candidate, spec)
             if value < objective:
                 # Only possible when one group permutes two axes of one tensor (J is then
                 # quadratic in P, the assignment step is a linearisation): keep the old P.
@@ -622,4 +627,10 @@ def _coordinate_descent(
         if not improved:
             converged = True
             break
-    return permutations, current, history, iterations, converged
+    aligned = {k: v.to(state_b[k].dtype) for k, v in current.items()}
+    return permutations, aligned, history, iterations, converged
+
+
+def _wide(state: Mapping[str, Tensor]) -> Params:
+    """The floating tensors of ``state`` in float64 (others as they are)."""
+    return {k: v.double() if v.is_floating_point() else v for k, v in state.items()}

@@ -29,7 +29,7 @@ from paramsym.symmetry.graph import rules as _rules  # noqa: F401
 from paramsym.symmetry.graph.attention_rules import attention_role, head_permutations
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
-from paramsym.symmetry.graph.trace import TracedGraph, TraceError, trace_forward
+from paramsym.symmetry.graph.trace import TRACERS, TracedGraph, TraceError, trace_forward
 from paramsym.symmetry.graph.values import TensorValue
 from paramsym.symmetry.graph.walk import Walk, run
 from paramsym.symmetry.translation import SoftmaxTranslation
@@ -170,20 +170,24 @@ def _param_shape(walk: Walk, name: str) -> tuple[int, ...] | None:
 
 
 def analyse(
-    model: nn.Module, example_input: Any, loss_fn: Callable[..., Any] | None = None
+    model: nn.Module,
+    example_input: Any,
+    loss_fn: Callable[..., Any] | None = None,
+    tracers: tuple[str, ...] = TRACERS,
 ) -> GraphAnalysis:
-    """Trace ``model`` on ``example_input`` and detect its symmetries (raises
+    """Trace ``model`` on ``example_input`` (with the first of ``tracers`` that succeeds, see
+    :func:`~paramsym.symmetry.graph.trace.trace_forward`) and detect its symmetries (raises
     :class:`TraceError` when the forward cannot be traced)."""
-    traced: TracedGraph = _quiet_trace(model, example_input)
+    traced: TracedGraph = _quiet_trace(model, example_input, tracers)
     walk = run(traced)
     found = symmetries_of(walk) + _translation(walk, loss_fn)
     return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk)
 
 
-def _quiet_trace(model: nn.Module, example_input: Any) -> TracedGraph:
+def _quiet_trace(model: nn.Module, example_input: Any, tracers: tuple[str, ...]) -> TracedGraph:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.export's own notes (e.g. LSTM flat weights)
-        return trace_forward(model, example_input)
+        warnings.simplefilter("ignore")  # torch's own notes (e.g. LSTM flat weights)
+        return trace_forward(model, example_input, tracers)
 
 
 def graph_symmetries(
