@@ -18,7 +18,9 @@ copy of model B), their ratio, and the barrier reduction each achieves: the test
 test-error barriers along the chord A → B before and after alignment, and ‖θ_A − π·θ_B‖.
 
 The ``cnn_resnet`` section (issue 12) does the same on a pair of small ResNets with BatchNorm
-(the ``cnn-weight-matching`` experiment's quick pair: widths 16, 32, trained on digits):
+(the ``cnn-weight-matching`` experiment's quick pair: one block per stage, widths 16, 32,
+trained on digits), and ``cnn_resnet_wide`` on a larger pair (two blocks per stage, widths 32,
+64, 128):
 ``ps.weight_matching(model_a, model_b, example_input=x)`` derives the permutation groups from the
 traced graph on every call (the trace is inside the timing) and permutes the running statistics;
 rebasin leaves them unpermuted, so its aligned network's statistics are recomputed on the
@@ -146,9 +148,15 @@ def compare(
     return out
 
 
-def compare_cnn(epochs: int, repeats: int, input_samples: int) -> dict[str, Any]:
+def compare_cnn(
+    layers: tuple[int, ...],
+    widths: tuple[int, ...],
+    epochs: int,
+    repeats: int,
+    input_samples: int,
+) -> dict[str, Any]:
     """Train a pair of small ResNets, align B to A with both implementations, time and score."""
-    config = CnnMatchingConfig(epochs=epochs, threads=0)
+    config = CnnMatchingConfig(layers=layers, widths=widths, epochs=epochs, threads=0)
     train, test = image_data(config)
     model_a, model_b = (train_resnet(config, train, seed) for seed in (0, 1))
     state_a = model_state(model_a)
@@ -177,7 +185,7 @@ def compare_cnn(epochs: int, repeats: int, input_samples: int) -> dict[str, Any]
     state_b = model_state(model_b)
     matched = results["paramsym"]
     out: dict[str, Any] = {
-        "model": "zoo ResNet, 1 block per stage, widths (16, 32), BatchNorm, digits 8x8",
+        "model": f"zoo ResNet, blocks {layers}, widths {widths}, BatchNorm, digits 8x8",
         "parameters": sum(p.numel() for p in model_a.parameters()),
         "epochs": epochs,
         "naive": barriers(state_b),
@@ -220,7 +228,13 @@ def main() -> None:
         for name, hidden in architectures.items()
     }
     cnn_epochs = 2 if args.smoke else 10
-    sections["cnn_resnet"] = functools.partial(compare_cnn, cnn_epochs, args.repeats, 64)
+    resnets = {"cnn_resnet": ((1, 1), (16, 32)), "cnn_resnet_wide": ((2, 2, 2), (32, 64, 128))}
+    if args.smoke:
+        resnets.pop("cnn_resnet_wide")
+    for name, (layers, widths) in resnets.items():
+        sections[name] = functools.partial(
+            compare_cnn, layers, widths, cnn_epochs, args.repeats, 64
+        )
     run_sections(sections, args.out, {"smoke": args.smoke})
 
 

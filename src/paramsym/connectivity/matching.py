@@ -543,7 +543,8 @@ def weight_matching(
     _check_same_state(state_a, state_b, "weight_matching")
     actions = spec.actions(state_b)
     for action in actions.values():
-        action.check_params(state_a)  # finite, right shapes
+        action.check_params(state_a)  # finite, right shapes: the descent does not check again
+        action.check_params(state_b)
 
     runs = [
         _coordinate_descent(state_a, state_b, actions, spec, config, config.seed + restart)
@@ -595,6 +596,11 @@ def _coordinate_descent(
         ]
         for group, action in actions.items()
     }
+    # J is linear in a group's permutation unless the group permutes two axes of one tensor;
+    # then the assignment's gain is J's change exactly, and J need not be recomputed.
+    linear = {
+        group: len({slot.name for slot, _ in rows}) == len(rows) for group, rows in rows_a.items()
+    }
     objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
@@ -615,18 +621,22 @@ def _coordinate_descent(
             if gain <= config.tolerance * max(float(np.abs(cost).sum()), 1e-300):
                 continue
             new = torch.as_tensor(columns, dtype=torch.long)
-            candidate = action.act(current, action.compose(new, action.inverse(old)))
-            value = matching_objective(wide_a, candidate, spec)
-            if value < objective:
-                # Only possible when one group permutes two axes of one tensor (J is then
-                # quadratic in P, the assignment step is a linearisation): keep the old P.
-                continue
+            candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
+            if linear[group]:
+                value = objective + gain
+            else:
+                value = matching_objective(wide_a, candidate, spec)
+                if value < objective:
+                    # J is quadratic in P and the assignment step only its linearisation: a
+                    # step that lowers J is not taken.
+                    continue
             current, permutations[group], objective = candidate, new, value
             history.append(objective)
             improved = True
         if not improved:
             converged = True
             break
+    history[-1] = matching_objective(wide_a, current, spec)  # the sum of gains, recomputed
     aligned = {k: v.to(state_b[k].dtype) for k, v in current.items()}
     return permutations, aligned, history, iterations, converged
 

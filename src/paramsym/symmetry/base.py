@@ -380,6 +380,11 @@ class NeuronSymmetry(Symmetry):
 
     def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
         self.check_params(params)
+        return self.act_unchecked(params, g)
+
+    def act_unchecked(self, params: Mapping[str, Tensor], g: GroupElement) -> Params:
+        """:meth:`act` without validating ``params`` (presence, sizes, finiteness), for inner
+        loops whose caller validated them once (weight matching's coordinate descent)."""
         ref = params[self.slots[0].name]
         prepared = self._prepare(g, ref.dtype, ref.device)
         out = dict(params)
