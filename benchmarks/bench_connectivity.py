@@ -37,6 +37,7 @@ import argparse
 import copy
 import functools
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,19 @@ def _aligned_module(template: nn.Module, params: dict[str, torch.Tensor]) -> nn.
     return out
 
 
+def _rebasin_call(
+    model_a: nn.Module, model_b: nn.Module, input_data: torch.Tensor, results: dict[str, Any]
+) -> Callable[[], None]:
+    """A call of rebasin's weight matching on a fresh copy of B, kept as ``results["rebasin"]``."""
+
+    def theirs() -> None:
+        moved = copy.deepcopy(model_b)
+        PermutationCoordinateDescent(model_a, moved, input_data).rebasin()
+        results["rebasin"] = moved
+
+    return theirs
+
+
 def compare(
     hidden: tuple[int, ...], epochs: int, repeats: int, input_samples: int
 ) -> dict[str, Any]:
@@ -114,15 +128,8 @@ def compare(
         )
 
     fns = {"paramsym": ours, "paramsym_best_of_4": ours_restarts}
-    input_data = train[0][:input_samples]
     if PermutationCoordinateDescent is not None:
-
-        def theirs() -> None:
-            moved = copy.deepcopy(model_b)
-            PermutationCoordinateDescent(model_a, moved, input_data).rebasin()
-            results["rebasin"] = moved
-
-        fns["rebasin"] = theirs
+        fns["rebasin"] = _rebasin_call(model_a, model_b, train[0][:input_samples], results)
     seconds = round_robin(fns, repeats, warmup=1)
     for name in ("paramsym", "paramsym_best_of_4"):
         matched = results[name]
@@ -172,15 +179,8 @@ def compare_cnn(
         results["paramsym"] = ps.weight_matching(model_a, model_b, example_input=x_train[:8])
 
     fns = {"paramsym": ours}
-    input_data = x_train[:input_samples]
     if PermutationCoordinateDescent is not None:
-
-        def theirs() -> None:
-            moved = copy.deepcopy(model_b)
-            PermutationCoordinateDescent(model_a, moved, input_data).rebasin()
-            results["rebasin"] = moved
-
-        fns["rebasin"] = theirs
+        fns["rebasin"] = _rebasin_call(model_a, model_b, x_train[:input_samples], results)
     seconds = round_robin(fns, repeats, warmup=1)
     state_b = model_state(model_b)
     matched = results["paramsym"]

@@ -97,3 +97,12 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a series CSV as dicts of strings."""
     with path.open() as handle:
         return list(csv.DictReader(handle))
+
+
+def reduce_kernel(full: torch.Tensor, mode: str) -> torch.Tensor:
+    """A ``(n1, n2, O, O)`` kernel reduced as ``ps.ntk``'s ``mode`` does: ``"full"`` as is,
+    ``"diagonal"`` → ``(n1, n2, O)``, ``"trace"`` → ``(n1, n2)``."""
+    if mode == "full":
+        return full
+    diagonal = torch.diagonal(full, dim1=2, dim2=3)
+    return diagonal if mode == "diagonal" else diagonal.sum(-1)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import paramsym as ps
-from helpers import randomize_
+from helpers import randomize_, reduce_kernel
 from paramsym.tangent_kernel import (
     NTKTracker,
     StructuredFallbackWarning,
@@ -37,13 +37,6 @@ def dense_kernel(model, x1, x2):
     j1 = torch.func.jacrev(outputs)(flat, x1)
     j2 = torch.func.jacrev(outputs)(flat, x2)
     return torch.einsum("aoq,bpq->abop", j1, j2)
-
-
-def reduce(full, mode):
-    if mode == "full":
-        return full
-    diagonal = torch.diagonal(full, dim1=2, dim2=3)
-    return diagonal if mode == "diagonal" else diagonal.sum(-1)
 
 
 def close(a, b, tol=1e-10):
@@ -72,7 +65,7 @@ def test_every_method_and_mode_matches_the_dense_kernel(
     for method in METHODS:
         for mode in MODES:
             kernel = ps.ntk(model, x1, x2, mode=mode, method=method, batch_size=tile)
-            assert close(kernel, reduce(reference, mode)), (method, mode)
+            assert close(kernel, reduce_kernel(reference, mode)), (method, mode)
     same = ps.ntk(model, x1, method="structured")
     assert close(same, dense_kernel(model, x1, x1))
     assert torch.allclose(same, same.permute(1, 0, 3, 2))  # Θ(x, x′) = Θ(x′, x)ᵀ
@@ -92,7 +85,7 @@ def test_convolutions_sequences_and_fallback_layers():
         warnings.simplefilter("error")  # every parameter is in a supported layer: no fallback
         for mode in MODES:
             assert close(
-                ps.ntk(conv, x, y, mode=mode, method="structured"), reduce(reference, mode)
+                ps.ntk(conv, x, y, mode=mode, method="structured"), reduce_kernel(reference, mode)
             )
     sequence = nn.Sequential(
         nn.Linear(3, 4), nn.LayerNorm(4), nn.GELU(), nn.Flatten(), nn.Linear(24, 2)
@@ -118,7 +111,8 @@ def test_transformer_with_token_inputs():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", StructuredFallbackWarning)  # embeddings, LayerNorms
             assert close(
-                ps.ntk(model, t1, t2, mode="trace", method=method), reduce(reference, "trace")
+                ps.ntk(model, t1, t2, mode="trace", method=method),
+                reduce_kernel(reference, "trace"),
             )
 
 
@@ -139,7 +133,9 @@ def test_symmetric_gram_blocks_match_the_dense_kernel(n):
     x = torch.randn(n, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
     reference = dense_kernel(model, x, x)
     for mode in MODES:
-        assert close(ps.ntk(model, x, mode=mode, method="structured"), reduce(reference, mode))
+        assert close(
+            ps.ntk(model, x, mode=mode, method="structured"), reduce_kernel(reference, mode)
+        )
 
 
 def test_auto_method_rule():

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import paramsym as ps
+from helpers import reduce_kernel
 from paramsym.nn.zoo import ZOO
 from paramsym.tangent_kernel import StructuredFallbackWarning, choose_method, parameter_jacobian
 
@@ -41,13 +42,6 @@ def dense_kernel(model, x1, x2, output=None):
     j1 = dense_jacobian(model, x1, output)
     j2 = j1 if x2 is x1 else dense_jacobian(model, x2, output)
     return torch.einsum("aoq,bpq->abop", j1, j2)
-
-
-def reduce(full, mode):
-    if mode == "full":
-        return full
-    diagonal = torch.diagonal(full, dim1=2, dim2=3)
-    return diagonal if mode == "diagonal" else diagonal.sum(-1)
 
 
 def relative(a, b):
@@ -82,7 +76,7 @@ def assert_matches_oracle(model, x1, x2, methods=("auto", "structured"), output=
         for method in methods:
             for mode in MODES:
                 kernel = ps.ntk(model, x1, x2, mode=mode, method=method, output=output, **kwargs)
-                assert relative(kernel, reduce(reference, mode)) <= TOL, (method, mode)
+                assert relative(kernel, reduce_kernel(reference, mode)) <= TOL, (method, mode)
             same = ps.ntk(model, x1, method=method, output=output, **kwargs)
             assert relative(same, reference_same) <= TOL, method
             mirrored = same.permute(1, 0, 3, 2)
