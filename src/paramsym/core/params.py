@@ -40,6 +40,35 @@ def resolve_params(model: nn.Module, params: Mapping[str, Tensor] | None) -> Par
     return params_of(model) if params is None else dict(params)
 
 
+def stateless_call(
+    model: nn.Module,
+    tensors: Mapping[str, Tensor],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """``torch.func.functional_call(model, tensors, args, kwargs)`` that always gives the model
+    its own parameters and buffers back.
+
+    torch's call swaps ``tensors`` into the modules and back. A module that appears under two
+    names (one ``Linear`` placed twice in a ``Sequential``) is swapped twice and restored with
+    the *swapped-in* tensor (torch 2.13): the user's model would keep the analysis's
+    parameters, or fake tensors after a trace. Every module's own entries are restored here by
+    identity.
+    """
+    saved = [
+        (module, dict(module._parameters), dict(module._buffers))
+        for module in model.modules()  # each module once, however many names it has
+    ]
+    try:
+        return torch.func.functional_call(model, dict(tensors), args, dict(kwargs or {}))
+    finally:
+        for module, parameters, buffers in saved:
+            for entries, own in ((module._parameters, parameters), (module._buffers, buffers)):
+                for name, tensor in own.items():
+                    if entries.get(name) is not tensor:
+                        entries[name] = tensor
+
+
 def functional_call(
     model: nn.Module, params: Mapping[str, Tensor], x: Tensor | tuple[Any, ...]
 ) -> Tensor:
@@ -52,7 +81,7 @@ def functional_call(
     """
     args = x if isinstance(x, tuple) else (x,)
     buffers = {name: b.clone() for name, b in model.named_buffers()}
-    return torch.func.functional_call(model, {**buffers, **params}, args)
+    return stateless_call(model, {**buffers, **params}, args)
 
 
 def flatten(params: Mapping[str, Tensor]) -> Tensor:

@@ -180,7 +180,7 @@ def log_grad_norm(
 ) -> Tensor:
     """log‖∇L‖² of a landscape (a :class:`~paramsym.teleportation.FunctionObjective`): the
     same maximiser on an orbit as ‖∇L‖², with a θ-gradient that does not scale with L."""
-    loss = loss_fn(torch.func.functional_call(model, params, (batch[0],)), batch[1])
+    loss = loss_fn(ps.functional_call(model, params, batch[0]), batch[1])
     gradients = torch.autograd.grad(loss, list(params.values()), create_graph=True)
     return torch.log(sum((g * g).sum() for g in gradients))  # type: ignore[arg-type]
 

@@ -36,10 +36,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
+from paramsym.core.params import stateless_call
 from paramsym.nn.activations import ActivationSpec, activation_spec
 from paramsym.nn.layers import NTKLinear
 from paramsym.symmetry.base import Slot, Symmetry
@@ -360,7 +360,7 @@ def prefix_features(prefix: Sequence[Node]) -> Callable[[Mapping[str, Tensor], T
             head = name + "."
             local = {k[len(head) :]: v for k, v in params.items() if k.startswith(head)}
             buffers = {k: b.clone() for k, b in module.named_buffers()}
-            h = torch.func.functional_call(module, {**buffers, **local}, (h,))
+            h = stateless_call(module, {**buffers, **local}, (h,))
         return h
 
     return features

@@ -30,7 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from paramsym.core.params import check_finite
 from paramsym.errors import InvalidArgumentError, UnanalysedModuleWarning, UnsupportedModuleError
@@ -118,6 +120,11 @@ class _Walker:
             if _analyser(node.module) is not None or any(True for _ in node.module.children()):
                 # A block or container: find what is inside; the chain stops at it.
                 self.module(node.module, node.name, at_input=False, at_output=False)
+                if _analyser(node.module) is None:
+                    self.unanalysed.append(
+                        f"{node.label}: a container with its own forward; the chain stops at "
+                        "it (pass example_input to trace through it)"
+                    )
             else:
                 self.unanalysed.append(f"{node.label}: not a module type paramsym can analyse")
         self.found.extend(
@@ -178,6 +185,13 @@ def symmetries(
         found = _from_graph(model, example_input, strict, data_dependent, loss_fn)
         if found is not None:
             return found
+    if example_input is None and isinstance(model, nn.Sequential):
+        hazards = chain_hazards(model)
+        if hazards:
+            example_input = _synthetic_input(model, hazards)
+            found = _from_graph(model, example_input, strict, data_dependent, loss_fn)
+            if found is not None:
+                return found
     walker = _Walker(loss_fn)
     walker.module(model, "", at_input=True, at_output=True)
     if walker.unanalysed:
@@ -192,6 +206,61 @@ def symmetries(
     if not data_dependent:
         found = [s for s in found if not s.data_dependent]
     return found
+
+
+def chain_hazards(model: nn.Sequential) -> list[str]:
+    """What the module-by-module reading of an ``nn.Sequential`` would get wrong: a module
+    object placed twice (``named_children`` lists it once, so the chain would skip a use), a
+    parameter shared by two modules, a parametrised weight (``weight_norm``: the parameters are
+    not the weight the forward uses), BatchNorm in evaluation mode with running statistics
+    (they must move with the channels). Empty when the chain reading is exact."""
+    hazards: list[str] = []
+    seen: dict[int, str] = {}
+
+    def visit(seq: nn.Sequential, prefix: str) -> None:
+        for name, child in seq._modules.items():
+            if child is None:
+                continue
+            where = f"{prefix}{name}"
+            if id(child) in seen:
+                hazards.append(f"module '{where}' is the same object as '{seen[id(child)]}'")
+                continue
+            seen[id(child)] = where
+            if isinstance(child, nn.Sequential):
+                visit(child, f"{where}.")
+
+    visit(model, "")
+    owners: dict[int, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in owners and not any("same object" in h for h in hazards):
+            hazards.append(f"parameter '{name}' is shared with '{owners[id(parameter)]}'")
+        owners.setdefault(id(parameter), name)
+    for name, module in model.named_modules():
+        if parametrize.is_parametrized(module):
+            hazards.append(f"module '{name}' has parametrised weights ({type(module).__name__})")
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and not module.training
+            and module.running_mean is not None
+        ):
+            hazards.append(f"BatchNorm '{name}' is in evaluation mode with running statistics")
+    return hazards
+
+
+def _synthetic_input(model: nn.Sequential, hazards: list[str]) -> Tensor:
+    """A (2, in_features) batch for a chain that starts with a linear layer; otherwise the
+    error asks for ``example_input``."""
+    first = next((m for m in model.modules() if next(m.parameters(False), None) is not None), None)
+    features = getattr(first, "in_features", None)
+    if not isinstance(features, int):
+        raise InvalidArgumentError(
+            f"symmetries({type(model).__name__}): {hazards[0]}, which the module-by-module "
+            "reading of an nn.Sequential cannot see: pass example_input=<a batch the model "
+            "accepts> to trace the forward"
+        )
+    weight = next(first.parameters())
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(2, features, generator=generator, dtype=weight.dtype).to(weight.device)
 
 
 def _needs_trace(model: nn.Module) -> bool:
@@ -249,7 +318,7 @@ def _from_graph(
     ] + walker.unanalysed
     if unanalysed:
         _report(model, unanalysed, strict, traced=True)
-    if data_dependent and isinstance(model, nn.Sequential):
+    if data_dependent and isinstance(model, nn.Sequential) and not chain_hazards(model):
         chain = _Walker(loss_fn)
         chain.module(model, "", at_input=True, at_output=True)
         found += [s for s in chain.found if s.data_dependent]

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-import torch
 from torch import Tensor, nn
 
+from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError, ShapeError
 
 OutputSelector: TypeAlias = int | str | Callable[[Any], Tensor] | None
@@ -144,7 +144,7 @@ def flat_outputs(
     """``(b, O)``: the selected output of ``model`` at ``params`` on ``x`` (``(b, ...)``),
     flattened after the batch axis. Buffers are copied, so the model's state never changes."""
     buffers = {k: b.clone() for k, b in model.named_buffers()}
-    raw = torch.func.functional_call(model, {**buffers, **params}, (x,))
+    raw = stateless_call(model, {**buffers, **params}, (x,))
     out = select_output(raw, output, model, where)
     check_batch_axis(out, x.shape[0], output, where)
     return out.reshape(x.shape[0], -1)

@@ -30,9 +30,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
-from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError
 
 
@@ -135,7 +135,7 @@ def _make_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         for index, tensor in zip(tensors, inputs, strict=True):
             flat[index] = tensor
         call_args, call_kwargs = pytree.tree_unflatten(flat, spec)
-        return functional_call(model, (params, bufs), call_args, call_kwargs)
+        return stateless_call(model, {**params, **bufs}, call_args, call_kwargs)
 
     forward._orig_mod = model  # type: ignore[attr-defined]  # make_fx records the module stack
     # The module-stack tracer records every node's Python stack trace unless told not to: a

@@ -1,0 +1,166 @@
+"""Issue 13: no silent wrong answers. One regression test per row of the issue's table, written
+the way the issue's user wrote the model: each asserts the correct result or the named error.
+Every exact symmetry returned is acted on and must leave the output unchanged to 1e-10."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import paramsym as ps
+from helpers import assert_exact_symmetries, randomize_statistics_
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def L(n_in: int, n_out: int) -> nn.Linear:  # noqa: N802  (the issue's shorthand)
+    return nn.Linear(n_in, n_out)
+
+
+class Wrapped(nn.Module):
+    """A container with its own forward around one module."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def exact_ones_keep_the_output(model: nn.Module, x: torch.Tensor) -> list[ps.Symmetry]:
+    """``ps.symmetries(model)`` without an example input; every exact one checked on ``x``."""
+    found = ps.symmetries(model)
+    assert_exact_symmetries(model, x, found)
+    return found
+
+
+def test_one_activation_object_reused_in_a_sequential():
+    torch.manual_seed(0)
+    act = nn.ReLU()
+    model = nn.Sequential(L(4, 8), act, L(8, 8), act, L(8, 3))
+    found = exact_ones_keep_the_output(model, torch.randn(5, 4))
+    names = [s.name for s in found]
+    assert not any(name.startswith("GL") for name in names)  # a ReLU between: no GL(8)
+    assert "rescaling[2->4]" in names
+    assert "permutation[2->4]" in names
+
+
+def test_one_linear_used_twice_shares_its_permutation_and_keeps_the_model():
+    torch.manual_seed(1)
+    shared = L(8, 8)
+    model = nn.Sequential(L(4, 8), nn.ReLU(), shared, nn.ReLU(), shared, nn.ReLU(), L(8, 3))
+    weight = shared.weight
+    x = torch.randn(5, 4)
+    found = exact_ones_keep_the_output(model, x)
+    assert [s.name for s in found] == ["permutation[0,2->2,6]"]
+    assert shared.weight is weight  # the analyses gave the module its own parameter back
+    ps.functional_call(model, {k: 2 * v for k, v in ps.params_of(model).items()}, x)
+    assert shared.weight is weight
+    model(x)
+
+
+def test_batchnorm_in_eval_mode_moves_its_running_statistics():
+    torch.manual_seed(2)
+    model = nn.Sequential(L(4, 8), nn.BatchNorm1d(8), nn.ReLU(), L(8, 3)).eval()
+    randomize_statistics_(model, torch.Generator().manual_seed(2))
+    found = exact_ones_keep_the_output(model, torch.randn(5, 4))
+    permutation = next(s for s in found if s.name.startswith("permutation"))
+    assert set(permutation.buffer_names) == {"1.running_mean", "1.running_var"}
+
+
+def test_a_wrapper_in_a_chain_is_an_error_with_strict():
+    model = nn.Sequential(L(4, 8), Wrapped(nn.ReLU()), L(8, 3))
+    with pytest.raises(ps.UnsupportedModuleError, match=r"'1' \(Wrapped\)"):
+        ps.symmetries(model, strict=True)
+    with pytest.warns(ps.UnanalysedModuleWarning, match="Wrapped"):
+        assert ps.symmetries(model) == []
+
+
+def test_weight_norm_names_only_parameters_the_model_has():
+    model = nn.Sequential(L(4, 8), nn.ReLU(), nn.utils.parametrizations.weight_norm(L(8, 3)))
+    parameters = {name for name, _ in model.named_parameters()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
+        found = exact_ones_keep_the_output(model, torch.randn(5, 4))
+    assert all(set(s.parameter_names) <= parameters for s in found)
+
+
+def test_a_chain_that_cannot_be_read_without_an_input_asks_for_one():
+    shared = nn.Conv1d(3, 3, 1)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    with pytest.raises(ps.InvalidArgumentError, match=r"same object.*example_input"):
+        ps.symmetries(model)
+    x = torch.randn(2, 3, 5)
+    assert_exact_symmetries(model, x, ps.symmetries(model, example_input=x))
+
+
+def test_tied_autoencoder_ntk_default_method_is_right():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = L(6, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.linear(torch.relu(self.enc(x)), self.enc.weight.T)
+
+    torch.manual_seed(3)
+    model, x = Tied(), torch.randn(5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.ParamsymWarning)
+        default = ps.ntk(model, x, mode="trace")
+    reference = ps.ntk(model, x, mode="trace", method="jacobian")
+    assert torch.allclose(default, reference, rtol=1e-12, atol=1e-12)
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity, "gelu": nn.GELU}
+
+
+@st.composite
+def sequentials(draw):
+    """Sequentials written the usual ways: hidden widths, activation objects reused or not, a
+    square Linear used twice, BatchNorm in eval mode with non-default statistics, a wrapper, a
+    Flatten on (batch, features) inputs, a softmax over the last axis."""
+    widths = draw(st.lists(st.integers(2, 5), min_size=1, max_size=3))
+    activation = ACTIVATIONS[draw(st.sampled_from(sorted(ACTIVATIONS)))]
+    reuse_activation = draw(st.booleans())
+    shared_activation = activation()
+    modules: list[nn.Module] = [nn.Flatten()] if draw(st.booleans()) else []
+    previous = 3
+    for width in widths:
+        modules.append(L(previous, width))
+        if draw(st.booleans()):
+            modules.append(nn.BatchNorm1d(width))
+        act = shared_activation if reuse_activation else activation()
+        modules.append(Wrapped(act) if draw(st.booleans()) and not reuse_activation else act)
+        if draw(st.booleans()):  # one square Linear used twice
+            square = L(width, width)
+            modules += [square, act, square, act]
+        previous = width
+    modules.append(L(previous, 2))
+    if draw(st.booleans()):
+        modules.append(nn.Softmax(dim=-1))
+    return nn.Sequential(*modules).eval()
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=sequentials(), seed=st.integers(0, 2**16))
+def test_every_exact_symmetry_of_a_drawn_sequential_keeps_its_output(model, seed):
+    generator = torch.Generator().manual_seed(seed)
+    randomize_statistics_(model, generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
+        found = ps.symmetries(model)
+    assert_exact_symmetries(model, torch.randn(6, 3, generator=generator), found)
