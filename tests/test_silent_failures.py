@@ -164,3 +164,130 @@ def test_every_exact_symmetry_of_a_drawn_sequential_keeps_its_output(model, seed
         warnings.simplefilter("ignore", ps.UnanalysedModuleWarning)
         found = ps.symmetries(model)
     assert_exact_symmetries(model, torch.randn(6, 3, generator=generator), found)
+
+
+def test_functional_dimension_of_a_float32_model_with_batchnorm_runs_in_float64():
+    torch.manual_seed(4)
+    model = nn.Sequential(L(4, 8), nn.BatchNorm1d(8), nn.ReLU(), L(8, 2)).float().eval()
+    randomize_statistics_(model, torch.Generator().manual_seed(4))
+    x = torch.randn(10, 4, dtype=torch.float32)
+    result = ps.functional_dimension(model, x)
+    assert result.dtype == "torch.float64"
+    reference = ps.functional_dimension(model.double(), x.double())
+    assert result.rank == reference.rank
+    assert len(result.singular_values) == 20  # 10 samples × 2 outputs
+
+
+def _dropout_net() -> nn.Module:
+    return nn.Sequential(L(4, 8), nn.Dropout(0.5), nn.ReLU(), L(8, 2))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, b: ps.ntk(m, b[0], mode="trace"),
+        lambda m, b: ps.functional_dimension(m, b[0]),
+        lambda m, b: ps.hvp(m, nn.MSELoss(), b, ps.params_of(m)),
+        lambda m, b: ps.top_eigenvalues(m, nn.MSELoss(), b),
+        lambda m, b: ps.teleport(m, nn.MSELoss(), b, steps=1),
+    ],
+    ids=["ntk", "functional_dimension", "hvp", "top_eigenvalues", "teleport"],
+)
+def test_train_mode_dropout_is_refused_naming_the_module(call):
+    torch.manual_seed(5)
+    model = _dropout_net().train()
+    batch = (torch.randn(10, 4), torch.randn(10, 2))
+    with pytest.raises(ps.InvalidArgumentError, match=r"dropout '1' is in training mode.*eval"):
+        call(model, batch)
+    call(model.eval(), batch)  # the same call in evaluation mode runs
+
+
+def test_second_order_tools_run_attention_on_the_cpu():
+    torch.manual_seed(6)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(3, 4, 8)
+    batch = (x, torch.zeros(3, 4, 8))
+    v = {k: torch.randn_like(t) for k, t in ps.params_of(layer).items()}
+    product = ps.hvp(layer, nn.MSELoss(), batch, v)
+    dense = ps.hessian(layer, nn.MSELoss(), batch, max_params=20_000)
+    assert torch.allclose(ps.flatten(product), dense @ ps.flatten(v), rtol=1e-9, atol=1e-11)
+    top = ps.top_eigenvalues(layer, nn.MSELoss(), batch, k=1, tol=1e-8)
+    assert top.eigenvalues[0] == pytest.approx(float(torch.linalg.eigvalsh(dense)[-1]), rel=1e-6)
+
+
+def test_ntk_of_a_transformer_layer_whose_out_proj_forward_is_never_called():
+    torch.manual_seed(7)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(3, 4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.ParamsymWarning)
+        default = ps.ntk(layer, x, mode="trace")
+    assert torch.allclose(default, ps.ntk(layer, x, mode="trace", method="jacobian"), rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f: ps.symmetries(f),
+        lambda f: ps.ntk(f, torch.randn(3, 2)),
+        lambda f: ps.functional_dimension(f, torch.randn(3, 2)),
+        lambda f: ps.hvp(f, nn.MSELoss(), (torch.randn(3, 2), torch.randn(3, 2)), {}),
+        lambda f: ps.teleport(f, nn.MSELoss(), (torch.randn(3, 2), torch.randn(3, 2))),
+        lambda f: ps.weight_matching(f, f),
+        lambda f: ps.permutation_spec(f),
+    ],
+    ids=["symmetries", "ntk", "functional_dimension", "hvp", "teleport", "weight_matching", "spec"],
+)
+def test_a_function_instead_of_a_module_gets_one_message_everywhere(call):
+    with pytest.raises(
+        ps.InvalidArgumentError, match=r"expected a torch\.nn\.Module, got function"
+    ):
+        call(lambda x: 2 * x)
+
+
+def test_frozen_parameters_stay_frozen():
+    torch.manual_seed(8)
+    model = nn.Sequential(L(4, 8), nn.ReLU(), L(8, 8), nn.ReLU(), L(8, 2))
+    model[0].weight.requires_grad_(False)
+    frozen = model[0].weight.detach().clone()
+    batch = (torch.randn(16, 4), torch.randn(16, 2))
+    ps.teleport(model, nn.MSELoss(), batch, steps=3)
+    assert torch.equal(model[0].weight, frozen)
+    with pytest.raises(ps.InvalidArgumentError, match=r"frozen parameters \['0.weight'\]"):
+        ps.teleport(model, nn.MSELoss(), batch, symmetries=ps.symmetries(model)[:1])
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert ps.HessianOperator(model, nn.MSELoss(), batch).shape == (trainable, trainable)
+    every = ps.HessianOperator(model, nn.MSELoss(), batch, ps.params_of(model))
+    assert every.shape[0] == trainable + frozen.numel()  # the option to include them
+
+
+def test_verification_downgrades_what_the_analysis_gets_wrong(monkeypatch):
+    """With the use-count guard removed, the chain reading claims GL(8) across a reused ReLU;
+    the numerical verification catches it."""
+    from paramsym.symmetry import detect
+
+    monkeypatch.setattr(detect, "chain_hazards", lambda model: [])
+    torch.manual_seed(9)
+    act = nn.ReLU()
+    model = nn.Sequential(L(4, 8), act, L(8, 8), act, L(8, 3))
+    unchecked = {s.name: s for s in ps.symmetries(model, verify=False)}
+    assert unchecked["GL[2->4]"].exact  # what the unguarded analysis claims
+    with pytest.warns(ps.SymmetryVerificationWarning, match=r"GL\[2->4\]"):
+        found = {s.name: s for s in ps.symmetries(model)}
+    assert not found["GL[2->4]"].exact
+    assert any(note.startswith("verification:") for note in found["GL[2->4]"].notes)
+    assert_exact_symmetries(model, torch.randn(5, 4), list(found.values()))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, x: ps.ntk(m, x, mode="trace"),
+        lambda m, x: ps.hvp(m, nn.MSELoss(), (x, torch.zeros(3, 2)), ps.params_of(m)),
+    ],
+    ids=["ntk", "hvp"],
+)
+def test_float64_input_on_a_float32_model_names_the_input_and_the_fix(call):
+    model = nn.Sequential(L(4, 8), nn.ReLU(), L(8, 2)).float()
+    with pytest.raises(ps.InvalidArgumentError, match=r"torch\.float64 but the model's parameters"):
+        call(model, torch.randn(3, 4, dtype=torch.float64))

@@ -75,6 +75,7 @@ from paramsym.errors import (
     ParamsymError,
     ParamsymWarning,
     ShapeError,
+    SymmetryVerificationWarning,
     UnanalysedModuleWarning,
     UnsupportedModuleError,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "SoftmaxTranslation",
     "SymO",
     "Symmetry",
+    "SymmetryVerificationWarning",
     "TeleportConfig",
     "TeleportResult",
     "Teleporter",

@@ -36,12 +36,15 @@ import scipy.sparse.linalg
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
+from paramsym.core.model_checks import check_deterministic, check_input_dtype, require_module
 from paramsym.core.params import (
     Params,
     check_finite,
     flatten,
     functional_call,
     resolve_params,
+    resolve_trainable,
     to_dtype,
     unflatten,
 )
@@ -82,7 +85,17 @@ def _scalar_loss(loss_fn: LossFn, output: Tensor, target: Tensor) -> Tensor:
 def loss_function(model: nn.Module, loss_fn: LossFn, batch: Batch) -> Callable[[Params], Tensor]:
     """``θ ↦ loss_fn(model(x; θ), y)`` for one batch, as a function of a params dict."""
     x, y = _unpack(batch)
-    return lambda p: _scalar_loss(loss_fn, functional_call(model, p, x), y)
+    require_module(model, "curvature")
+    check_deterministic(model, "curvature")
+
+    def loss(p: Params) -> Tensor:
+        floating = next((t.dtype for t in p.values() if t.is_floating_point()), None)
+        check_input_dtype(x, floating, "curvature", "the batch's inputs")
+        # the math attention kernel: the fused CPU kernels have no double backward
+        with differentiable_attention():
+            return _scalar_loss(loss_fn, functional_call(model, p, x), y)
+
+    return loss
 
 
 def _check_vector(v: Mapping[str, Tensor], params: Mapping[str, Tensor]) -> None:
@@ -95,7 +108,10 @@ def _check_vector(v: Mapping[str, Tensor], params: Mapping[str, Tensor]) -> None
             )
     extra = sorted(set(v) - set(params))
     if extra:
-        raise ShapeError(f"the vector v has entries for unknown parameters {extra}")
+        raise ShapeError(
+            f"the vector v has entries for unknown parameters {extra} (frozen parameters, "
+            "requires_grad=False, are left out unless params= names them)"
+        )
     check_finite(v, "v")
 
 
@@ -110,7 +126,9 @@ class HessianOperator:
         model: the network.
         loss_fn: ``loss_fn(output, target) -> scalar``.
         batch: ``(x, y)``.
-        params: point θ (default: the model's parameters).
+        params: point θ (default: the model's trainable parameters; frozen ones,
+            ``requires_grad=False``, stay fixed and are not rows of H; pass
+            ``params=ps.params_of(model)`` to include them).
 
     Attributes:
         loss: L(θ) (detached).
@@ -134,7 +152,8 @@ class HessianOperator:
         batch: Batch,
         params: Mapping[str, Tensor] | None = None,
     ) -> None:
-        point = resolve_params(model, params)
+        require_module(model, "HessianOperator")
+        point = resolve_trainable(model, params)
         check_finite(point, "HessianOperator: params")
         self._leaves = {k: t.detach().requires_grad_(True) for k, t in point.items()}
         leaves = list(self._leaves.values())
@@ -220,7 +239,8 @@ def hvp(
     >>> sorted(ps.hvp(model, torch.nn.MSELoss(), batch, v))
     ['0.bias', '0.weight', '2.bias', '2.weight']
     """
-    point = resolve_params(model, params)
+    require_module(model, "hvp")
+    point = resolve_trainable(model, params)
     _check_vector(v, point)
     if method in ("auto", "reverse_over_reverse"):
         return HessianOperator(model, loss_fn, batch, point).hvp(v)
@@ -262,7 +282,8 @@ def hessian(
     finite differences; related: pytorch/pytorch#196699), while autograd's double backward is
     right. Refuses models with more than ``max_params`` parameters (P² memory).
     """
-    point = resolve_params(model, params)
+    require_module(model, "hessian")
+    point = resolve_trainable(model, params)
     check_finite(point, "hessian: params")
     size = sum(t.numel() for t in point.values())
     if size > max_params:

@@ -62,6 +62,11 @@ class UnanalysedModuleWarning(ParamsymWarning):
     """Some modules were not analysed, so symmetries passing through them are not reported."""
 
 
+class SymmetryVerificationWarning(ParamsymWarning):
+    """A symmetry the analysis found exact changed the model's output when acted on (checked by
+    ``ps.symmetries(..., verify=...)``); it is reported as approximate, with the measured change."""
+
+
 class ApproximateActionWarning(ParamsymWarning):
     """A data-dependent action was not exact on the given batch; the message gives the measured
     change of the layer's output."""

@@ -40,6 +40,7 @@ import scipy.optimize
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.model_checks import require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (
     InvalidArgumentError,
@@ -234,10 +235,7 @@ def permutation_spec(model: nn.Module, example_input: Any = None) -> Permutation
     {'permutation[0->2]': [('0.weight', 0), ('0.bias', 0), ('2.weight', 1)],
      'permutation[2->4]': [('2.weight', 0), ('2.bias', 0), ('4.weight', 1)]}
     """
-    if not isinstance(model, nn.Module):
-        raise InvalidArgumentError(
-            f"permutation_spec: expected an nn.Module, got {type(model).__name__}"
-        )
+    require_module(model, "permutation_spec")
     found = [
         s
         for s in detect_symmetries(model, example_input=example_input)
@@ -528,6 +526,9 @@ def weight_matching(
     """
     config = config or WeightMatchingConfig()
     start = time.perf_counter()
+    for which, network in (("model_a", model_a), ("model_b", model_b)):
+        if not isinstance(network, Mapping):
+            require_module(network, f"weight_matching({which})")
     if spec is None:
         module = next((m for m in (model_a, model_b) if isinstance(m, nn.Module)), None)
         if module is None:

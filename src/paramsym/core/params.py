@@ -40,6 +40,14 @@ def resolve_params(model: nn.Module, params: Mapping[str, Tensor] | None) -> Par
     return params_of(model) if params is None else dict(params)
 
 
+def resolve_trainable(model: nn.Module, params: Mapping[str, Tensor] | None) -> Params:
+    """``params`` as a plain dict, or the model's trainable parameters when ``None``: a frozen
+    parameter (``requires_grad=False``) stays where it is unless ``params`` names it."""
+    if params is not None:
+        return dict(params)
+    return {name: t.detach() for name, t in model.named_parameters() if t.requires_grad}
+
+
 def stateless_call(
     model: nn.Module,
     tensors: Mapping[str, Tensor],
@@ -75,13 +83,24 @@ def functional_call(
     """Evaluate ``model`` at ``params`` on input ``x`` (a tensor, or a tuple of positional inputs).
 
     Parameters missing from ``params`` are taken from the module. Buffers are taken from the
-    module as *copies*: analyses never change a model's state (e.g. the running statistics a
-    training-mode BatchNorm would update), and the call works inside ``torch.func`` transforms,
-    which reject in-place updates of captured tensors.
+    module as *copies* (:func:`buffer_copies`, in the dtype of ``params``): analyses never
+    change a model's state (e.g. the running statistics a training-mode BatchNorm would update),
+    and the call works inside ``torch.func`` transforms, which reject in-place updates of
+    captured tensors.
     """
     args = x if isinstance(x, tuple) else (x,)
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
-    return stateless_call(model, {**buffers, **params}, args)
+    return stateless_call(model, {**buffer_copies(model, params), **params}, args)
+
+
+def buffer_copies(model: nn.Module, params: Mapping[str, Tensor]) -> Params:
+    """Copies of ``model``'s buffers for a call at ``params``: floating buffers (running
+    statistics) in the floating dtype of ``params``, so that an analysis in float64 of a float32
+    model with BatchNorm runs; integer buffers (``num_batches_tracked``) as they are."""
+    dtype = next((t.dtype for t in params.values() if t.is_floating_point()), None)
+    return {
+        name: b.to(dtype).clone() if dtype is not None and b.is_floating_point() else b.clone()
+        for name, b in model.named_buffers()
+    }
 
 
 def flatten(params: Mapping[str, Tensor]) -> Tensor:

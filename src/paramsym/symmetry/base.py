@@ -162,6 +162,12 @@ class Symmetry(abc.ABC):
     evaluation mode). ``act`` needs them in the params dict and raises naming them otherwise;
     ``tangent`` is a parameter-space vector and leaves them out."""
 
+    moves_frozen: bool = False
+    """Whether the symmetry is built to move parameters with ``requires_grad=False`` (the
+    scales of a :class:`~paramsym.teleportation.ScaledModel`). Teleportation keeps every other
+    frozen parameter fixed: it leaves out (default) or refuses (explicit) symmetries that
+    would move one."""
+
     # -- description -----------------------------------------------------------------------
     @property
     @abc.abstractmethod

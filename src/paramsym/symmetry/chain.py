@@ -39,7 +39,7 @@ from typing import Any
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
-from paramsym.core.params import stateless_call
+from paramsym.core.params import buffer_copies, stateless_call
 from paramsym.nn.activations import ActivationSpec, activation_spec
 from paramsym.nn.layers import NTKLinear
 from paramsym.symmetry.base import Slot, Symmetry
@@ -359,8 +359,7 @@ def prefix_features(prefix: Sequence[Node]) -> Callable[[Mapping[str, Tensor], T
         for name, module in steps:
             head = name + "."
             local = {k[len(head) :]: v for k, v in params.items() if k.startswith(head)}
-            buffers = {k: b.clone() for k, b in module.named_buffers()}
-            h = stateless_call(module, {**buffers, **local}, (h,))
+            h = stateless_call(module, {**buffer_copies(module, local), **local}, (h,))
         return h
 
     return features

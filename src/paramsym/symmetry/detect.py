@@ -34,10 +34,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
+from paramsym.core.model_checks import require_module
 from paramsym.core.params import check_finite
 from paramsym.errors import InvalidArgumentError, UnanalysedModuleWarning, UnsupportedModuleError
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.chain import chain_symmetries, flatten_sequential
+from paramsym.symmetry.verify import VERIFY_PARAMETER_LIMIT, verify_symmetries
 
 BlockAnalyser = Callable[[nn.Module, str, "BlockContext"], list[Symmetry]]
 """``(module, prefix, context) -> symmetries``; ``prefix`` is ``"name."`` (or ``""``) to put
@@ -139,6 +141,7 @@ def symmetries(
     data_dependent: bool = False,
     *,
     loss_fn: Callable[..., Any] | None = None,
+    verify: bool | None = None,
 ) -> list[Symmetry]:
     """Find the parameter-space symmetries of ``model``.
 
@@ -160,6 +163,12 @@ def symmetries(
             batch) of the hidden layers of a model that is an ``nn.Sequential``.
         loss_fn: the training loss; a softmax cross-entropy (``nn.CrossEntropyLoss`` or
             ``F.cross_entropy``) adds the last layer's translation as a loss symmetry.
+        verify: act with one random element of every exact symmetry and run the model on the
+            example input (or on a synthesised ``(2, in_features)`` batch for a chain that
+            starts with a linear layer); a symmetry that changes the output is downgraded to
+            approximate with a :class:`~paramsym.errors.SymmetryVerificationWarning`
+            (:mod:`paramsym.symmetry.verify`). ``None`` (default): on for models with at most
+            a million parameters when there is an input to run.
 
     Returns:
         The symmetries in model order (per feature space: continuous groups, then
@@ -176,22 +185,39 @@ def symmetries(
     rescaling[2->4] (R>0)^8
     permutation[2->4] S_8
     """
-    if not isinstance(model, nn.Module):
-        raise InvalidArgumentError(
-            f"symmetries: expected a torch.nn.Module, got {type(model).__name__}"
-        )
+    require_module(model, "symmetries")
     check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
+    found, batch = _detect(model, example_input, strict, data_dependent, loss_fn)
+    if batch is None and isinstance(model, nn.Sequential):
+        batch = _linear_input(model)
+    size = sum(p.numel() for p in model.parameters())
+    if verify is None:
+        verify = size <= VERIFY_PARAMETER_LIMIT
+    if verify and batch is not None:
+        synthesized = batch is not example_input
+        found = verify_symmetries(model, found, batch, synthesized=synthesized)
+    return found
+
+
+def _detect(
+    model: nn.Module,
+    example_input: Any,
+    strict: bool,
+    data_dependent: bool,
+    loss_fn: Callable[..., Any] | None,
+) -> tuple[list[Symmetry], Any]:
+    """The symmetries and the batch they were found on (``None``: the module analysis)."""
     if example_input is not None:
         found = _from_graph(model, example_input, strict, data_dependent, loss_fn)
         if found is not None:
-            return found
+            return found, example_input
     if example_input is None and isinstance(model, nn.Sequential):
         hazards = chain_hazards(model)
         if hazards:
             example_input = _synthetic_input(model, hazards)
             found = _from_graph(model, example_input, strict, data_dependent, loss_fn)
             if found is not None:
-                return found
+                return found, example_input
     walker = _Walker(loss_fn)
     walker.module(model, "", at_input=True, at_output=True)
     if walker.unanalysed:
@@ -205,7 +231,7 @@ def symmetries(
     found = walker.found
     if not data_dependent:
         found = [s for s in found if not s.data_dependent]
-    return found
+    return found, example_input
 
 
 def chain_hazards(model: nn.Sequential) -> list[str]:
@@ -248,17 +274,27 @@ def chain_hazards(model: nn.Sequential) -> list[str]:
 
 
 def _synthetic_input(model: nn.Sequential, hazards: list[str]) -> Tensor:
-    """A (2, in_features) batch for a chain that starts with a linear layer; otherwise the
-    error asks for ``example_input``."""
-    first = next((m for m in model.modules() if next(m.parameters(False), None) is not None), None)
-    features = getattr(first, "in_features", None)
-    if not isinstance(features, int):
+    """:func:`_linear_input`, or the error that asks for ``example_input``."""
+    batch = _linear_input(model)
+    if batch is None:
         raise InvalidArgumentError(
             f"symmetries({type(model).__name__}): {hazards[0]}, which the module-by-module "
             "reading of an nn.Sequential cannot see: pass example_input=<a batch the model "
             "accepts> to trace the forward"
         )
+    return batch
+
+
+def _linear_input(model: nn.Sequential) -> Tensor | None:
+    """A (2, in_features) batch for a chain whose first parametrised module is a linear layer
+    (``None`` otherwise): the shape the chain analysis assumes."""
+    first = next((m for m in model.modules() if next(m.parameters(False), None) is not None), None)
+    features = getattr(first, "in_features", None)
+    if first is None or not isinstance(features, int):
+        return None
     weight = next(first.parameters())
+    if not weight.is_floating_point():
+        return None
     generator = torch.Generator().manual_seed(0)
     return torch.randn(2, features, generator=generator, dtype=weight.dtype).to(weight.device)
 

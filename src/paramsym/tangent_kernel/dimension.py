@@ -27,6 +27,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ParamsymWarning
 from paramsym.tangent_kernel.generic import jacobians_over_samples
@@ -85,6 +86,8 @@ def parameter_jacobian(
     ``x`` is ``(m, ...)``; ``output`` selects the tensor f from a forward that returns a tuple or
     a ``ModelOutput`` (as in :func:`~paramsym.tangent_kernel.ntk`)."""
     check_output_selector(output, "parameter_jacobian")
+    require_module(model, "parameter_jacobian")
+    check_deterministic(model, "parameter_jacobian")
     point = resolve_params(model, params)
     if dtype is not None:
         point = to_dtype(point, dtype)
@@ -135,6 +138,8 @@ def functional_dimension(
             f"functional_dimension: method must be 'auto', 'svd' or 'gram', got {method!r}"
         )
     check_output_selector(output, "functional_dimension")
+    require_module(model, "functional_dimension")
+    check_deterministic(model, "functional_dimension")
     point = resolve_params(model, params)
     check_finite(point, "functional_dimension: params")
     with torch.no_grad():

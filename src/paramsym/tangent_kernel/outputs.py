@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 
 from torch import Tensor, nn
 
-from paramsym.core.params import stateless_call
+from paramsym.core.params import buffer_copies, stateless_call
 from paramsym.errors import InvalidArgumentError, ShapeError
 
 OutputSelector: TypeAlias = int | str | Callable[[Any], Tensor] | None
@@ -143,8 +143,7 @@ def flat_outputs(
 ) -> Tensor:
     """``(b, O)``: the selected output of ``model`` at ``params`` on ``x`` (``(b, ...)``),
     flattened after the batch axis. Buffers are copied, so the model's state never changes."""
-    buffers = {k: b.clone() for k, b in model.named_buffers()}
-    raw = stateless_call(model, {**buffers, **params}, (x,))
+    raw = stateless_call(model, {**buffer_copies(model, params), **params}, (x,))
     out = select_output(raw, output, model, where)
     check_batch_axis(out, x.shape[0], output, where)
     return out.reshape(x.shape[0], -1)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.model_checks import check_deterministic, check_input_dtype, require_module
 from paramsym.core.params import Params, check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ShapeError
 from paramsym.tangent_kernel.outputs import OutputSelector, check_output_selector, flat_outputs
@@ -48,6 +49,7 @@ class KernelProblem:
 
 
 def _check_sample_independent(model: nn.Module) -> None:
+    check_deterministic(model, "ntk")
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
             raise InvalidArgumentError(
@@ -89,6 +91,7 @@ def prepare(
     output: OutputSelector = None,
 ) -> KernelProblem:
     """Check the arguments of :func:`~paramsym.tangent_kernel.ntk` and count the outputs."""
+    require_module(model, "ntk")
     if mode not in ("full", "trace", "diagonal"):
         raise InvalidArgumentError(f"ntk: mode must be 'full', 'trace' or 'diagonal', got {mode!r}")
     check_output_selector(output, "ntk")
@@ -106,6 +109,9 @@ def prepare(
         point = to_dtype(point, dtype)
         x1 = x1.to(dtype) if x1.is_floating_point() else x1
         x2 = x2.to(dtype) if x2.is_floating_point() else x2
+    floating = next((t.dtype for t in point.values() if t.is_floating_point()), None)
+    check_input_dtype(x1, floating, "ntk", "x1")
+    check_input_dtype(x2, floating, "ntk", "x2")
     problem = KernelProblem(model, point, x1, x2, 0, mode, same, output)  # type: ignore[arg-type]
     try:
         with torch.no_grad():

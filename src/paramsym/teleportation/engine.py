@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.backends import differentiable_attention
+from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import Params, check_finite, resolve_params
 from paramsym.errors import (
     ApproximateActionWarning,
@@ -170,11 +171,24 @@ def default_symmetries(
     """The continuous symmetries ``ps.symmetries`` finds on ``model`` (on the graph traced on
     ``example_input`` when given; not data-dependent), without those that also move buffers
     (BatchNorm's scale invariance, which is approximate for eps > 0 and would move its
-    running statistics, which teleport does not carry)."""
+    running statistics, which teleport does not carry) and those that move a frozen parameter
+    (``requires_grad=False``: it stays where it is)."""
     from paramsym.symmetry.detect import symmetries
 
+    frozen = frozen_parameters(model)
     found = symmetries(model, example_input=example_input, loss_fn=loss_fn)
-    return [s for s in found if s.dim > 0 and not s.buffer_names]
+    return [
+        s
+        for s in found
+        if s.dim > 0
+        and not s.buffer_names
+        and (s.moves_frozen or not frozen & set(s.parameter_names))
+    ]
+
+
+def frozen_parameters(model: nn.Module) -> set[str]:
+    """Names of the parameters with ``requires_grad=False``."""
+    return {name for name, p in model.named_parameters() if not p.requires_grad}
 
 
 class _Orbit:
@@ -348,6 +362,7 @@ def _check_inputs(
     parameterization: str,
     max_shrinks: int,
 ) -> None:
+    require_module(model, "teleport")
     if not isinstance(batch, tuple) or len(batch) != 2:
         raise InvalidArgumentError(
             "teleport: batch must be an (inputs, targets) tuple, e.g. (x, y); use (None, None) "
@@ -367,13 +382,7 @@ def _check_inputs(
         raise InvalidArgumentError(
             f"teleport: parameterization must be 'exp' or 'first_order', got {parameterization!r}"
         )
-    if model.training and any(
-        isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()
-    ):
-        raise InvalidArgumentError(
-            "teleport: the model has dropout in training mode, which makes the loss random and "
-            "the invariance check meaningless; call model.eval() around the teleport"
-        )
+    check_deterministic(model, "teleport")
 
 
 def _continuous(
@@ -383,12 +392,14 @@ def _continuous(
         found = default_symmetries(model, loss_fn, None if _is_chain(model) else x)
         if not found:
             raise InvalidArgumentError(
-                "teleport: ps.symmetries found no continuous symmetry on this model; pass "
+                "teleport: ps.symmetries found no continuous symmetry teleport can use on this "
+                "model (those that move buffers or frozen parameters are left out); pass "
                 "symmetries=..., e.g. the data-dependent GL actions of "
                 "ps.symmetries(model, data_dependent=True)"
             )
         return found
     chosen = list(symmetries)
+    frozen = frozen_parameters(model)
     for s in chosen:
         if not isinstance(s, Symmetry):
             raise InvalidArgumentError(
@@ -399,6 +410,13 @@ def _continuous(
                 f"teleport: {s.name} also moves the buffers {sorted(s.buffer_names)} (running "
                 "statistics), which teleport does not carry; teleport along symmetries that act "
                 "on parameters only (the default choice leaves these out)"
+            )
+        if not s.moves_frozen and frozen & set(s.parameter_names):
+            raise InvalidArgumentError(
+                f"teleport: {s.name} moves the frozen parameters "
+                f"{sorted(frozen & set(s.parameter_names))} (requires_grad=False); teleport "
+                "keeps frozen parameters fixed: unfreeze them (requires_grad_(True)) to "
+                "teleport along this symmetry (the default choice leaves it out)"
             )
         if s.preserves == "distribution":
             raise InvalidArgumentError(

@@ -100,8 +100,11 @@ class GeneralizedScaling(PositiveVectorGroup, Symmetry):
     (seed 000 Eq. 47), a function symmetry of F̃ for every s > 0.
 
     Elements are positive vectors s of length ``dim`` (all scaled entries, in the order of
-    ``ScaledModel.scaled_names``); ``exp(ξ) = e^ξ``.
+    ``ScaledModel.scaled_names``); ``exp(ξ) = e^ξ``. The scales are frozen parameters that
+    this symmetry is built to move (:attr:`moves_frozen`).
     """
+
+    moves_frozen = True
 
     def __init__(self, model: ScaledModel, *, prefix: str = "") -> None:
         if not isinstance(model, ScaledModel):
