@@ -15,6 +15,7 @@ from torch import nn
 
 import paramsym as ps
 from helpers import assert_exact_symmetries, randomize_statistics_
+from paramsym.nn.zoo import ZOO, available_zoo
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -291,3 +292,56 @@ def test_float64_input_on_a_float32_model_names_the_input_and_the_fix(call):
     model = nn.Sequential(L(4, 8), nn.ReLU(), L(8, 2)).float()
     with pytest.raises(ps.InvalidArgumentError, match=r"torch\.float64 but the model's parameters"):
         call(model, torch.randn(3, 4, dtype=torch.float64))
+
+
+def test_flatten_over_positions_is_not_read_as_features():
+    """Linear on (batch, 6, 4) inputs, then Flatten: the next layer sees 6 × 8 features, not
+    the 8 hidden units, so no symmetry acting on 8 columns may be claimed."""
+    torch.manual_seed(10)
+    model = nn.Sequential(L(4, 8), nn.ReLU(), nn.Flatten(), L(48, 3))
+    assert ps.symmetries(model) == []
+    x = torch.randn(5, 6, 4)
+    assert_exact_symmetries(model, x, ps.symmetries(model, example_input=x))
+
+
+def test_softmax_over_dim_1_is_checked_on_the_given_input():
+    torch.manual_seed(11)
+    model = nn.Sequential(L(4, 8), nn.ReLU(), L(8, 3), nn.Softmax(dim=1))
+    x = torch.randn(5, 6, 4)  # (batch, positions, features): dim 1 is not the features
+    found = ps.symmetries(model, example_input=x)
+    assert not any(s.name.startswith("translation") for s in found)
+    assert_exact_symmetries(model, x, found)
+    (translation,) = [s for s in ps.symmetries(model) if s.name.startswith("translation")]
+    assert any("example_input" in note for note in translation.notes)  # the assumption, said
+
+
+@pytest.mark.skipif("hf-bert-hidden" not in available_zoo(), reason="needs transformers")
+def test_hessian_products_through_hugging_face_attention_on_the_cpu():
+    entry = ZOO["hf-bert-hidden"]
+    model, ids = entry.build(), entry.example_input(torch.Generator().manual_seed(0))
+
+    def loss(out, _):
+        return out.pow(2).mean()
+
+    batch = (ids, None)
+    params = ps.params_of(model)
+    generator = torch.Generator().manual_seed(1)
+    u, v = ({k: torch.randn(t.shape, generator=generator) for k, t in params.items()} for _ in "uv")
+    hu, hv = ps.hvp(model, loss, batch, u), ps.hvp(model, loss, batch, v)
+    left, right = float(ps.inner(u, hv)), float(ps.inner(hu, v))  # H is symmetric
+    assert left == pytest.approx(right, rel=1e-9)
+    assert abs(left) > 0
+
+
+def test_tied_weights_in_a_chain_name_only_parameters_the_model_has():
+    torch.manual_seed(12)
+    first, second = L(8, 8), L(8, 8)
+    second.weight = first.weight  # tied, different biases
+    model = nn.Sequential(L(4, 8), nn.ReLU(), first, nn.ReLU(), second, nn.ReLU(), L(8, 3))
+    parameters = {name for name, _ in model.named_parameters()}
+    found = exact_ones_keep_the_output(model, torch.randn(5, 4))
+    assert found
+    assert all(set(s.parameter_names) <= parameters for s in found)
+    state = {**ps.params_of(model), **dict(model.named_buffers())}
+    for s in found:
+        s.act(state, s.identity())  # every one acts on the model's own params dict

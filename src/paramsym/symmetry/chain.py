@@ -323,6 +323,10 @@ def chain_symmetries(
         if any(n.kind == "unknown" for n in downstream):
             continue
         terminal = chain[j] if j < len(chain) else None
+        if terminal is not None and int(terminal.attribute("in_features")) != int(
+            chain[i].attribute("out_features")
+        ):
+            continue  # e.g. a Flatten over positions between: not the (batch, features) layout
         found.extend(hidden_layer_symmetries(chain[i], downstream, terminal))
         if at_input and terminal is not None:
             found.extend(_data_dependent(chain[:i], chain[i], downstream, terminal))
@@ -335,15 +339,21 @@ def chain_symmetries(
             ends_in_softmax or is_softmax_cross_entropy(loss_fn)
         ):
             bias = last.param("bias") if last.module.bias is not None else None
-            found.append(
-                SoftmaxTranslation(
-                    last.param("weight"),
-                    bias,
-                    int(last.attribute("in_features")),
-                    preserves="function" if ends_in_softmax else "loss",
-                    site=last.name,
-                )
+            translation = SoftmaxTranslation(
+                last.param("weight"),
+                bias,
+                int(last.attribute("in_features")),
+                preserves="function" if ends_in_softmax else "loss",
+                site=last.name,
             )
+            if ends_in_softmax and tail[-1].attribute("dim") == 1:
+                translation.notes = (
+                    *translation.notes,
+                    f"softmax {tail[-1].label} normalises dim 1, the features of (batch, "
+                    "features) outputs as assumed here; for outputs with more axes pass "
+                    "example_input",
+                )
+            found.append(translation)
     return found
 
 
