@@ -11,58 +11,25 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from paramsym import cli_display
+from paramsym.cli_display import RichProgress, find_experiment, progress_for
 from paramsym.errors import MissingDataError, ParamsymError
 from paramsym.experiments import registry
 from paramsym.report import write_index
 from paramsym.sweep import Backend, RunOutcome, new_run_directory, rebuild_reports, run_experiment
 
 console = Console(stderr=True)
-T = TypeVar("T")
+"""Messages and progress: on stderr, so that stdout holds only results (and ``--json``)."""
 
-
-class RichProgress:
-    """:class:`~paramsym.experiments.registry.Progress` shown as rich progress bars."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-
-    def track(
-        self, items: Iterable[T], total: int | None = None, description: str = ""
-    ) -> Iterator[T]:
-        if total is None and hasattr(items, "__len__"):
-            total = len(items)  # type: ignore[arg-type]
-        task = self.progress.add_task(description or "working", total=total)
-        try:
-            for item in items:
-                yield item
-                self.progress.advance(task)
-        finally:
-            self.progress.remove_task(task)
-
-    def log(self, message: str) -> None:
-        self.progress.console.print(message)
-
-
-@contextlib.contextmanager
-def _progress_bars() -> Iterator[Progress]:
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bars:
-        yield bars
+__all__ = ["RichProgress", "console", "main"]
 
 
 @contextlib.contextmanager
@@ -97,16 +64,35 @@ def main() -> None:
     """Parameter-space symmetries of neural networks: rerun the seeds' figures, check claims."""
 
 
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="print machine-readable JSON on stdout"
+)
+
+
 @main.command("list")
-def list_command() -> None:
-    """List the experiments: name, seed reference, description, data needed."""
-    table = Table(title="paramsym experiments")
-    table.add_column("name", no_wrap=True)
-    for column in ("reproduces", "description", "data"):
-        table.add_column(column, overflow="fold")
-    for experiment in registry.all_experiments():
-        table.add_row(experiment.name, experiment.seed_ref, experiment.description, experiment.data)
-    Console().print(table)
+@_json_option
+def list_command(as_json: bool) -> None:
+    """List the experiments by seed paper: figure, data, claims, quick-preset time."""
+    experiments = registry.all_experiments()
+    if as_json:
+        times = cli_display.load_quick_times()
+        click.echo(cli_display.dumps([cli_display.list_record(e, times) for e in experiments]))
+        return
+    cli_display.print_list(experiments, Console(highlight=False))
+
+
+@main.command("show")
+@click.argument("name")
+@_json_option
+def show_command(name: str, as_json: bool) -> None:
+    """Show experiment NAME: description, presets with every setting, claims, data files."""
+    with _one_line_errors():
+        experiment = find_experiment(name)
+    if as_json:
+        times = cli_display.load_quick_times()
+        click.echo(cli_display.dumps(cli_display.show_record(experiment, times)))
+        return
+    cli_display.print_show(experiment, Console(highlight=False))
 
 
 def _prepare_out(out: Path | None, runs_dir: Path, name: str, resume: bool) -> Path:
@@ -134,7 +120,7 @@ def _run_one(
     data_dir: Path | None,
     resume: bool,
 ) -> RunOutcome:
-    experiment = registry.get(name)
+    experiment = find_experiment(name)
     overrides = registry.parse_assignments(assignments)
     if data_dir is not None and "data_dir" in {
         f.name for f in dataclasses.fields(experiment.config_type)
@@ -146,8 +132,7 @@ def _run_one(
         for k, values in registry.parse_assignments(grid_items).items()
     }
     directory = _prepare_out(out, runs_dir, name, resume)
-    with _progress_bars() as bars:
-        members = bars.add_task(f"{name} ({preset})", total=seeds * _grid_size(grid))
+    with progress_for(name, preset, seeds * _grid_size(grid), console) as (progress, finished):
         return run_experiment(
             experiment,
             config,
@@ -158,8 +143,8 @@ def _run_one(
             backend=backend,
             workers=workers,
             address=address,
-            progress=RichProgress(bars),
-            on_finished=lambda member: bars.advance(members),
+            progress=progress,
+            on_finished=finished,
         )
 
 
@@ -230,6 +215,7 @@ def _with_shared_options(command: Any) -> Any:
     "--out", type=click.Path(path_type=Path), default=None, help="run directory (reused to resume)"
 )
 @click.option("--resume", is_flag=True, help="continue the latest unfinished run of NAME")
+@_json_option
 @_with_shared_options
 def run_command(
     name: str,
@@ -237,6 +223,7 @@ def run_command(
     grid_items: tuple[str, ...],
     out: Path | None,
     resume: bool,
+    as_json: bool,
     preset: str,
     seeds: int,
     backend: Backend,
@@ -261,7 +248,10 @@ def run_command(
             data_dir,
             resume,
         )
-    Console().print(_claims_table(outcome))
+    if as_json:
+        click.echo(cli_display.dumps(cli_display.run_record(outcome, preset)))
+    else:
+        Console().print(_claims_table(outcome))
     console.print(
         f"wrote {outcome.directory} "
         f"({outcome.members_run} of {outcome.members_total} runs computed now)"

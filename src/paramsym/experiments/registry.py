@@ -21,9 +21,11 @@ A config field named ``data_dir`` receives ``--data-dir``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import fnmatch
 import importlib
 import math
+import re
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -291,6 +293,12 @@ def get(name: str) -> Experiment:
     return _REGISTRY[name]
 
 
+def library_experiments() -> list[Experiment]:
+    """The experiments the library itself registers (those of :data:`LIBRARY_MODULES`), sorted
+    by name: what an installed ``paramsym`` lists, without ones a test or a user registered."""
+    return [e for e in all_experiments() if e.module in LIBRARY_MODULES]
+
+
 def all_experiments(pattern: str | None = None) -> list[Experiment]:
     """Every registered experiment (matching the shell-style ``pattern``), sorted by name."""
     _load_library_experiments()
@@ -298,6 +306,58 @@ def all_experiments(pattern: str | None = None) -> list[Experiment]:
     if pattern:
         names = [n for n in names if fnmatch.fnmatch(n, pattern)]
     return [_REGISTRY[n] for n in names]
+
+
+# -- finding one's way: papers and names (read-only) ---------------------------------------------
+
+SEED_TITLES: Mapping[str, str] = {
+    "seed 000": "Neural Tangent Kernel perspective on parameter-space symmetries",
+    "seed 001": "Zhao, Symmetry in Neural Networks (dissertation)",
+    "seed 002": "Global curvature for second-order optimization of neural networks",
+    "seed 003": "An Equivariance Toolbox for Learning Dynamics",
+    "seed 004": "Empirical NTK tracks task complexity (functional dimension)",
+}
+"""Short titles of the seed papers, keyed like :func:`paper_of` answers."""
+
+OTHER_PAPER = "other"
+"""What :func:`paper_of` answers for an experiment whose ``seed_ref`` names no seed."""
+
+_SEED_PATTERN = re.compile(r"\bseed (\d{3})\b")
+
+
+def paper_of(experiment: Experiment) -> str:
+    """The seed paper an experiment reproduces, ``"seed NNN"`` from the first ``seed NNN`` in
+    its ``seed_ref``, or :data:`OTHER_PAPER` when it names none."""
+    match = _SEED_PATTERN.search(experiment.seed_ref)
+    return f"seed {match.group(1)}" if match else OTHER_PAPER
+
+
+def reference_of(experiment: Experiment) -> str:
+    """The figure or table part of ``seed_ref``: what follows ``seed NNN,`` (without a leading
+    "dissertation"), or the whole ``seed_ref`` when it names no seed."""
+    match = _SEED_PATTERN.search(experiment.seed_ref)
+    rest = experiment.seed_ref[match.end() :] if match else experiment.seed_ref
+    rest = rest.lstrip(",;: ").removeprefix("dissertation ").strip()
+    return rest or experiment.seed_ref
+
+
+def by_paper(experiments: Iterable[Experiment] | None = None) -> dict[str, list[Experiment]]:
+    """``experiments`` (default: all) grouped by :func:`paper_of`: seeds in order, then
+    :data:`OTHER_PAPER`; each group sorted by name."""
+    groups: dict[str, list[Experiment]] = {}
+    for experiment in all_experiments() if experiments is None else experiments:
+        groups.setdefault(paper_of(experiment), []).append(experiment)
+    order = sorted(groups, key=lambda paper: (paper == OTHER_PAPER, paper))
+    return {paper: sorted(groups[paper], key=lambda e: e.name) for paper in order}
+
+
+def close_matches(name: str, limit: int = 4) -> list[str]:
+    """Registered names close to ``name`` (typos, or names containing it), best first."""
+    _load_library_experiments()
+    names = sorted(_REGISTRY)
+    found = difflib.get_close_matches(name, names, n=limit, cutoff=0.6)
+    found += [n for n in names if name and name in n and n not in found]
+    return found[:limit]
 
 
 # -- configs --------------------------------------------------------------------------------------
