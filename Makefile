@@ -28,7 +28,7 @@ BENCH_NO_DEPS := "curvlinops-for-pytorch>=2.0" "backpack-for-pytorch>=1.6"
 BENCH_DEPS    := "einops>=0.3,<1" "einconv>=0.1" "unfoldNd>=0.2,<1" "linear_operator>=0.2" \
                  "opt-einsum>=3.4" "tqdm>=4"
 
-.PHONY: test demo tour bench bench-nt-env lint typecheck clean
+.PHONY: test demo tour bench bench-nt-env lint typecheck docs wheel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,5 +86,14 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml, docs/): warnings are errors; the result is in site/.
+docs: $(VENV)/.dev
+	$(BIN)/python -m mkdocs build --strict
+
+# The sdist and the wheel, in dist/ (built with the venv's setuptools: no network, no isolation).
+wheel: $(VENV)/.dev
+	rm -f dist/paramsym-*
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
 clean:
-	rm -rf $(VENV) $(NT_VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(NT_VENV) build dist site src/*.egg-info .pytest_cache .hypothesis
