@@ -28,7 +28,7 @@ BENCH_NO_DEPS := "curvlinops-for-pytorch>=2.0" "backpack-for-pytorch>=1.6"
 BENCH_DEPS    := "einops>=0.3,<1" "einconv>=0.1" "unfoldNd>=0.2,<1" "linear_operator>=0.2" \
                  "opt-einsum>=3.4" "tqdm>=4"
 
-.PHONY: test demo tour bench bench-nt-env lint typecheck docs wheel clean
+.PHONY: test chromium demo tour bench bench-nt-env lint typecheck docs wheel clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,11 @@ $(VENV)/.bench: $(VENV)/.dev
 		from transformers import BertModel, GPT2Model"
 	touch $@
 
-test: $(VENV)/.dev
+# tests/test_report_html.py renders runs/index.html in headless Chromium (Debian's package).
+chromium:
+	command -v chromium || (apt-get update && apt-get install -y chromium)
+
+test: $(VENV)/.dev chromium
 	$(BIN)/python -m pytest
 
 demo: $(VENV)/.dev

@@ -10,15 +10,15 @@ Layout of one run directory::
     RUN_DIR/<figure>.png    the figures, drawn with the seed's axes
     RUN_DIR/report.md       all of the above for a reader
 
-``write_index(runs_root)`` writes ``runs_root/index.html``: the claims of the latest run of
-every experiment and its figures, a static page that opens from disk without a server. Every
-file is written atomically (a temporary file in the same directory, then a rename).
+``write_index(runs_root)`` writes ``runs_root/index.html`` (:mod:`paramsym.report_html`): the
+claims of the latest run of every experiment, grouped by paper and chapter, beside its figures,
+a static page that opens from disk without a server or network. Every file is written
+atomically (a temporary file in the same directory, then a rename).
 """
 
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import os
@@ -207,87 +207,13 @@ def completed_runs(runs_root: Path) -> list[Path]:
     return latest
 
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; width: 100%; margin: 1em 0; font-size: 0.92em; }
-th, td { border: 1px solid #ccc; padding: 0.35em 0.5em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } .yes { color: #137333; font-weight: 600; }
-.no { color: #b3261e; font-weight: 600; } .skip { color: #666; } .na { color: #888; }
-img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
-.meta { color: #555; font-size: 0.9em; }
-"""
-
-
-HTML_VERDICTS = {
-    True: '<span class="yes">holds</span>',
-    False: '<span class="no">does not hold</span>',
-    None: '<span class="na">not evaluated</span>',
-}
-"""How index.html shows a claim's ``holds`` (None / null: the run could not evaluate it)."""
-
-
-def _summary(tally: ClaimTally) -> str:
-    """``"5 of 6 claims hold, 1 not evaluated,"``: a not-evaluated claim neither holds nor fails."""
-    text = f"{tally.holding} of {tally.total} claims hold"
-    return text + (f", {tally.not_evaluated} not evaluated," if tally.not_evaluated else "")
-
-
 def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Path:
-    """Write ``runs_root/index.html`` from the latest complete run of each experiment.
+    """Write ``runs_root/index.html`` from the latest complete run of each experiment: claims
+    grouped by paper and chapter beside the figures, with a filter for the failing claims (the
+    page itself is built by :mod:`paramsym.report_html`).
 
     ``skipped`` maps experiment names to why they did not run (e.g. missing data files).
     """
-    runs = completed_runs(runs_root)
-    rows: list[str] = []
-    sections: list[str] = []
-    holds: list[bool | None] = []
-    for run in runs:
-        metrics = json.loads((run / "metrics.json").read_text())
-        name = html.escape(metrics["experiment"])
-        relative = run.relative_to(runs_root).as_posix()
-        for claim in metrics["claims"]:
-            holds.append(claim["holds"])
-            verdict = HTML_VERDICTS[claim["holds"]]
-            rows.append(
-                "<tr>"
-                f'<td><a href="#{name}">{name}</a></td>'
-                f"<td>{html.escape(claim['claim'])}</td>"
-                f"<td>{html.escape(claim['source'])}</td>"
-                f"<td>{html.escape(str(claim['expected']))}</td>"
-                f"<td>{html.escape(_format(claim['measured']))}</td>"
-                f"<td>{verdict}</td></tr>"
-            )
-        figures = "".join(
-            f'<img src="{html.escape(relative)}/{html.escape(f)}" alt="{html.escape(f)}">'
-            for f in metrics["figures"]
-        )
-        sections.append(
-            f'<h2 id="{name}">{name}</h2>'
-            f'<p class="meta">{html.escape(metrics["seed_ref"])} · '
-            f"preset {html.escape(metrics['preset'])} · "
-            f"seeds {html.escape(str(metrics['seeds']))} · "
-            f'<a href="{html.escape(relative)}/report.md">report.md</a></p>'
-            f"{figures}"
-        )
-    for name, reason in sorted((skipped or {}).items()):
-        rows.append(
-            f'<tr><td>{html.escape(name)}</td><td colspan="4" class="skip">not run: '
-            f'{html.escape(reason)}</td><td class="skip">—</td></tr>'
-        )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        "<title>paramsym: reproduced claims</title>"
-        f"<style>{_STYLE}</style></head><body>"
-        "<h1>paramsym — reproduced claims</h1>"
-        f"<p class='meta'>{_summary(ClaimTally.of(holds))} in {len(runs)} experiments.</p>"
-        "<table><tr><th>experiment</th><th>claim</th><th>source</th><th>expected</th>"
-        "<th>measured</th><th>verdict</th></tr>"
-        + "".join(rows)
-        + "</table>"
-        + "".join(sections)
-        + "</body></html>"
-    )
-    path = runs_root / "index.html"
-    atomic_write_text(path, page)
-    return path
+    from paramsym.report_html import write_index_page  # it imports this module
+
+    return write_index_page(runs_root, skipped)
