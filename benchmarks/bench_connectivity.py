@@ -53,12 +53,12 @@ from paramsym.experiments.cnn_matching import (
     reset_batchnorm_statistics,
     train_resnet,
 )
-from paramsym.experiments.connectivity import (
+from paramsym.experiments.connectivity.alignment import (
     AlignmentConfig,
     classification_data,
-    error_rate,
     train_classifier,
 )
+from paramsym.experiments.connectivity.common import error_rate
 from timing import round_robin, run_sections
 
 try:  # the peer is optional: pip install rebasin (needs torchview and the graphviz package)

@@ -144,15 +144,16 @@ def regression_speedup(runs: int, steps: int = 2000) -> dict[str, Any]:
     Each run trains the ``teleport-regression`` problem twice back to back, without and with
     the one teleport at epoch 5 (GD lr 1e-4; 8 ascent steps at lr 1e-7), on one torch thread.
     """
-    from paramsym.experiments import teleport_synthetic as synthetic
+    from paramsym.experiments.teleport import regression_training
+    from paramsym.experiments.teleport.regression import RegressionConfig
 
-    config = synthetic.RegressionConfig(runs=runs)
-    synthetic.warm_up(config.problem(0))
+    config = RegressionConfig(runs=runs)
+    regression_training.warm_up(config.problem(0))
     rows = []
     for run in range(runs):
         base = config.train(run, "gd", steps, None, stop_at_convergence=True)
         tele = config.train(run, "gd", steps, config.plan("gd"), stop_at_convergence=True)
-        wall, in_steps = synthetic.speedup(base, tele)
+        wall, in_steps = regression_training.speedup(base, tele)
         rows.append(
             {
                 "run": run,

@@ -19,18 +19,19 @@ from paramsym.connectivity import (
 )
 from paramsym.errors import InvalidArgumentError, MissingDataError
 from paramsym.experiments import registry
-from paramsym.experiments.connectivity import (
-    AlignmentConfig,
-    _min_over_permutations,
-    _pinv_symmetry,
-    classification_data,
-    distance_to_orbit,
+from paramsym.experiments.connectivity.alignment import AlignmentConfig, classification_data
+from paramsym.experiments.connectivity.barrier import _min_over_permutations
+from paramsym.experiments.connectivity.common import (
     error_rate,
     gradient_descent,
     log_slope,
+    sum_of_squares,
+)
+from paramsym.experiments.connectivity.curves import (
+    _pinv_symmetry,
+    distance_to_orbit,
     per_sample_squares,
     stable_learning_rate,
-    sum_of_squares,
 )
 from paramsym.experiments.registry import SilentProgress
 

@@ -22,21 +22,21 @@ from paramsym.conserved import (
 )
 from paramsym.errors import MissingDataError
 from paramsym.experiments import registry
-from paramsym.experiments.conserved import (
-    QConvergenceConfig,
-    QDistributionConfig,
-    QDriftConfig,
-    QSharpnessConfig,
-    _late_share,
+from paramsym.experiments.conserved.gradient_descent import (
     batched_gradient_descent,
     elementwise_q,
     init_scales,
-    radial_gradient_descent,
-    scalar_gradient_descent,
-    scalar_start,
     spearman,
     steps_to_threshold,
     sum_squares,
+)
+from paramsym.experiments.conserved.q_convergence import QConvergenceConfig, radial_gradient_descent
+from paramsym.experiments.conserved.q_distribution import QDistributionConfig
+from paramsym.experiments.conserved.q_drift import QDriftConfig, _late_share
+from paramsym.experiments.conserved.q_sharpness import (
+    QSharpnessConfig,
+    scalar_gradient_descent,
+    scalar_start,
 )
 from paramsym.experiments.group_ensemble import (
     GroupEnsembleConfig,

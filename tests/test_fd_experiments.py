@@ -14,7 +14,7 @@ from torch import nn
 import paramsym as ps
 from paramsym.errors import MissingDataError
 from paramsym.experiments import registry
-from paramsym.experiments.functional_dimension import (
+from paramsym.experiments.functional_dimension.training import (
     Schedule,
     Task,
     _Cohort,

@@ -15,9 +15,9 @@ import torch
 
 import paramsym as ps
 from paramsym.data import teacher_student
-from paramsym.experiments import global_curvature as gc
 from paramsym.experiments import registry
 from paramsym.experiments import symo_training as st
+from paramsym.experiments.global_curvature import networks, spectrum
 from paramsym.sweep import run_experiment
 from paramsym.symo import (
     TABLE2,
@@ -41,7 +41,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _small_setting(name: str = "tanh2", points: int = 40, n: int = 64):
-    setting = gc.SETTINGS[name]
+    setting = networks.SETTINGS[name]
     structure = setting.structure()
     batch = setting.data(points, seed=3)
     params = setting.ensemble(n, seed=4)
@@ -64,10 +64,10 @@ def test_registered_with_the_papers_settings():
     )
     assert structure.relu_models == 100000
     assert structure.settings == ("tanh2", "tanh3", "relu3")
-    assert gc.SETTINGS["tanh2"].widths == (5, 5, 5)
-    assert gc.SETTINGS["tanh2"].bias
-    assert gc.SETTINGS["relu3"].weight_power == 1.0
-    assert not gc.SETTINGS["relu3"].bias
+    assert networks.SETTINGS["tanh2"].widths == (5, 5, 5)
+    assert networks.SETTINGS["tanh2"].bias
+    assert networks.SETTINGS["relu3"].weight_power == 1.0
+    assert not networks.SETTINGS["relu3"].bias
     factors = experiments["factor-estimation"].presets["paper"]
     assert factors.hidden_widths == (10, 100, 1000, 10000)
     assert (factors.input_dim, factors.output_dim, factors.ensemble) == (100, 100, 10000)
@@ -96,12 +96,14 @@ def test_registered_with_the_papers_settings():
 @pytest.mark.parametrize("name", ["tanh3", "relu3"])
 def test_stacked_gradients_and_gd_match_the_library_vmap(name):
     setting, structure, batch, params, model = _small_setting(name)
-    ours = gc.stacked_gradients(structure, setting.activation, params, batch)
+    ours = networks.stacked_gradients(structure, setting.activation, params, batch)
     reference = ensemble_gradients(model, st.half_mse, batch, params, structure=structure)
     for key in reference:
         torch.testing.assert_close(ours[key], reference[key], rtol=1e-10, atol=1e-12)
     small = {k: v[:8] for k, v in params.items()}
-    trained = gc.stacked_gd(structure, setting.activation, small, batch, steps=3, lr=setting.lr)
+    trained = networks.stacked_gd(
+        structure, setting.activation, small, batch, steps=3, lr=setting.lr
+    )
     expected = train_ensemble(
         model, st.half_mse, batch, small, steps=3, lr=setting.lr, structure=structure
     )
@@ -112,7 +114,7 @@ def test_stacked_gradients_and_gd_match_the_library_vmap(name):
 
 def test_mean_hessians_match_the_library_double_backprop():
     _setting, structure, batch, params, model = _small_setting("tanh2", n=12)
-    prefix, full = gc.mean_hessians(structure, "tanh", params, batch, [5, 12], chunk=4)
+    prefix, full = networks.mean_hessians(structure, "tanh", params, batch, [5, 12], chunk=4)
     head = {k: v[:5] for k, v in params.items()}
     torch.testing.assert_close(
         prefix, global_hessian(model, st.half_mse, batch, head, structure=structure)
@@ -130,13 +132,13 @@ def test_the_loss_is_invariant_under_the_group(name):
     setting, structure, batch, params, _ = _small_setting(name, n=6)
     g = torch.Generator().manual_seed(5)
     moved = act(structure, params, random_element(structure, g))
-    before = gc.stacked_losses(structure, setting.activation, params, batch)
-    after = gc.stacked_losses(structure, setting.activation, moved, batch)
+    before = networks.stacked_losses(structure, setting.activation, params, batch)
+    after = networks.stacked_losses(structure, setting.activation, moved, batch)
     torch.testing.assert_close(after, before, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(structure.flatten(moved), structure.flatten(params))
     if setting.activation == "relu":
         flipped = act(structure, params, random_element(structure, g, group="signed_permutation"))
-        changed = gc.stacked_losses(structure, "relu", flipped, batch)
+        changed = networks.stacked_losses(structure, "relu", flipped, batch)
         assert not torch.allclose(changed, before)
 
 
@@ -163,19 +165,21 @@ def test_mean_pairwise_correlation_is_the_average_over_pairs():
 
 
 def test_small_helpers():
-    assert gc.loglog_slope([10, 100, 1000], [1.0, 10**-0.5, 0.1]) == pytest.approx(-0.5)
-    assert gc.prefix_sizes(1000, smallest=10, count=3) == [10, 100, 1000]
+    assert networks.loglog_slope([10, 100, 1000], [1.0, 10**-0.5, 0.1]) == pytest.approx(-0.5)
+    assert networks.prefix_sizes(1000, smallest=10, count=3) == [10, 100, 1000]
     full = torch.tensor([1.0, 1.0, 2.0, 2.0, 3.0], dtype=F64)
-    assert gc.spectrum_match(full, torch.tensor([1.0, 2.0, 3.0], dtype=F64)) == (0.0, 0.0)
-    assert gc.spectrum_match(full, torch.tensor([1.0, 3.0], dtype=F64))[0] == pytest.approx(1 / 3)
+    assert spectrum.spectrum_match(full, torch.tensor([1.0, 2.0, 3.0], dtype=F64)) == (0.0, 0.0)
+    assert spectrum.spectrum_match(full, torch.tensor([1.0, 3.0], dtype=F64))[0] == pytest.approx(
+        1 / 3
+    )
     structure = CurvatureStructure.from_widths((2, 2, 2, 2), "signed_permutation", bias=False)
     block_diagonal = torch.block_diag(*[torch.eye(4, dtype=F64)] * 3)
-    assert gc.cross_layer_fraction(structure, block_diagonal) == 0.0
-    assert gc.cross_layer_fraction(structure, torch.ones(12, 12, dtype=F64)) == pytest.approx(
+    assert networks.cross_layer_fraction(structure, block_diagonal) == 0.0
+    assert networks.cross_layer_fraction(structure, torch.ones(12, 12, dtype=F64)) == pytest.approx(
         (6 / 9) ** 0.5
     )
     with pytest.raises(ps.InvalidArgumentError, match="unknown setting"):
-        gc._settings(["tanh9"])
+        networks._settings(["tanh9"])
 
 
 def test_student_linear_fit_and_training_trace():

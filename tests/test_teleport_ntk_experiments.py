@@ -20,22 +20,26 @@ from paramsym.core.params import flatten, functional_call, unflatten
 from paramsym.errors import MissingDataError
 from paramsym.experiments import registry
 from paramsym.experiments.registry import SilentProgress
-from paramsym.experiments.teleport_ntk import (
-    Linearization,
-    LinearizationConfig,
-    Split,
+from paramsym.experiments.teleport_ntk.alignment import (
     TeleportAlignmentConfig,
-    _fit_transformed,
     _paired_statistics,
     distortion_bound,
     group_distortion,
+    rescaling_symmetries,
+    teleport_twin,
+)
+from paramsym.experiments.teleport_ntk.common import (
     half_squared_error,
-    load_split,
     loss_function,
     ntk_mlp,
     power_law_exponent,
-    rescaling_symmetries,
-    teleport_twin,
+)
+from paramsym.experiments.teleport_ntk.linearization import (
+    Linearization,
+    LinearizationConfig,
+    Split,
+    _fit_transformed,
+    load_split,
     threshold_crossing,
     train_side_by_side,
 )

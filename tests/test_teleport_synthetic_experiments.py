@@ -14,8 +14,15 @@ import pytest
 import torch
 
 import paramsym as ps
-import paramsym.experiments.teleport_synthetic as ts
 from paramsym.experiments import registry
+from paramsym.experiments.teleport import (
+    convergence,
+    regression,
+    regression_training,
+    runtime,
+    testfunctions,
+)
+from paramsym.experiments.threads import torch_threads
 from paramsym.landscapes import Booth, Rosenbrock, value_loss
 from paramsym.sweep import run_experiment
 
@@ -74,7 +81,7 @@ def test_registered_with_the_papers_settings():
         3,
         128,
     )
-    problem = ts.make_regression_problem(0)
+    problem = regression_training.make_regression_problem(0)
     shapes = [tuple(p.shape) for p in problem.model.parameters()]
     assert shapes == [(6, 5), (7, 6), (8, 7)]  # W₁ 6×5, W₂ 7×6, W₃ 8×7
     assert tuple(problem.x.shape) == (4, 5)
@@ -86,8 +93,8 @@ def test_registered_with_the_papers_settings():
 
 def test_convergence_step_is_the_first_small_change():
     losses = [10.0, 5.0, 4.0, 3.9995, 3.9994, 1.0]
-    assert ts.convergence_step(losses, tol=1e-3) == 3
-    assert ts.convergence_step(losses, tol=1e-5) is None
+    assert convergence.convergence_step(losses, tol=1e-3) == 3
+    assert convergence.convergence_step(losses, tol=1e-5) is None
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
         sequence = torch.rand(30, generator=generator).cumsum(0).flip(0).tolist()
@@ -97,13 +104,13 @@ def test_convergence_step_is_the_first_small_change():
             if abs(sequence[t - 1] - sequence[t]) < tol:
                 expected = t
                 break
-        assert ts.convergence_step(sequence, tol) == expected
+        assert convergence.convergence_step(sequence, tol) == expected
 
 
 def test_equal_loss_comparison_uses_first_passage():
     base = ([100.0, 10.0, 1.0, 0.1], [50.0, 5.0, 0.5, 0.05])
     faster = ([100.0, 10.0, 1.0, 0.1], [100.0, 10.0, 1.0, 0.1])  # twice the rate at each loss
-    comparison = ts.compare_at_equal_loss(base, faster, below=100.0, points=7)
+    comparison = convergence.compare_at_equal_loss(base, faster, below=100.0, points=7)
     assert len(comparison.levels) == 7
     assert all(0.1 < level < 100.0 for level in comparison.levels)
     assert comparison.fraction_larger == 1.0
@@ -111,41 +118,50 @@ def test_equal_loss_comparison_uses_first_passage():
     level = comparison.levels[3]
     step = next(t for t, v in enumerate(base[0]) if v <= level)
     assert comparison.rate_baseline[3] == base[1][step]
-    swapped = ts.compare_at_equal_loss(faster, base, below=100.0, points=7)
+    swapped = convergence.compare_at_equal_loss(faster, base, below=100.0, points=7)
     assert swapped.fraction_larger == 0.0
-    assert ts.compare_at_equal_loss(base, faster, below=0.05).levels == []  # no common range
+    assert (
+        convergence.compare_at_equal_loss(base, faster, below=0.05).levels == []
+    )  # no common range
 
 
 def test_fits_recover_exact_laws():
     x = [2.0, 4.0, 8.0, 16.0]
-    slope, r2 = ts.power_law_fit(x, [3 * v**2.5 for v in x])
+    slope, r2 = runtime.power_law_fit(x, [3 * v**2.5 for v in x])
     assert slope == pytest.approx(2.5)
     assert r2 == pytest.approx(1.0)
-    slope, r2 = ts.linear_fit([1, 2, 3, 4], [1.5, 3.5, 5.5, 7.5])
+    slope, r2 = runtime.linear_fit([1, 2, 3, 4], [1.5, 3.5, 5.5, 7.5])
     assert slope == pytest.approx(2.0)
     assert r2 == pytest.approx(1.0)
-    _, noisy = ts.linear_fit([1, 2, 3, 4], [1.0, 4.0, 2.0, 3.0])
+    _, noisy = runtime.linear_fit([1, 2, 3, 4], [1.0, 4.0, 2.0, 3.0])
     assert noisy < 0.9
 
 
 def test_loss_at_time_and_speedup():
-    run = ts.TrainingRun("gd", [8.0, 4.0, 2.0, 1.9995], [1.0] * 4, [0.1, 0.2, 0.3, 0.4])
-    assert [ts.loss_at_time(run, t) for t in (0.0, 0.1, 0.25, 9.0)] == [8.0, 8.0, 4.0, 1.9995]
+    run = regression_training.TrainingRun(
+        "gd", [8.0, 4.0, 2.0, 1.9995], [1.0] * 4, [0.1, 0.2, 0.3, 0.4]
+    )
+    assert [regression.loss_at_time(run, t) for t in (0.0, 0.1, 0.25, 9.0)] == [
+        8.0,
+        8.0,
+        4.0,
+        1.9995,
+    ]
     run.converged_step = 3
     assert run.time_to_convergence == 0.4
-    faster = ts.TrainingRun("gd", [8.0, 2.0, 1.9999], [1.0] * 3, [0.05, 0.15, 0.2])
+    faster = regression_training.TrainingRun("gd", [8.0, 2.0, 1.9999], [1.0] * 3, [0.05, 0.15, 0.2])
     faster.converged_step = 2
-    wall, steps = ts.speedup(run, faster)
+    wall, steps = regression_training.speedup(run, faster)
     assert wall == pytest.approx(2.0)
     assert steps == pytest.approx(1.5)
     faster.diverged = True
-    assert all(math.isnan(v) for v in ts.speedup(run, faster))
+    assert all(math.isnan(v) for v in regression_training.speedup(run, faster))
 
 
 def test_log_grad_norm_objective_is_the_log_of_the_squared_gradient():
     f = Rosenbrock(torch.tensor([-0.5, 0.7], dtype=F64))
     params = {"w": f.w.detach().clone().requires_grad_(True)}
-    value = ts.log_grad_norm(f, params, value_loss, (None, None), None)
+    value = testfunctions.log_grad_norm(f, params, value_loss, (None, None), None)
     (gradient,) = torch.autograd.grad(f.value(params["w"]), params["w"])
     assert float(value.detach()) == pytest.approx(math.log(float(gradient.pow(2).sum())), rel=1e-12)
     (slope,) = torch.autograd.grad(value, params["w"])  # differentiable, for the ascent
@@ -154,29 +170,35 @@ def test_log_grad_norm_objective_is_the_log_of_the_squared_gradient():
 
 def test_booth_teleport_keeps_the_loss_and_reaches_the_level_set_maximum():
     """On Booth ‖∇L‖² = 4 hᵀAAᵀh ≤ 36 L on its level set (eigenvalues of AAᵀ: 9, 1)."""
-    options = ts.LandscapeTeleport(steps=40, lr=1e-3, theta0="random", max_step_norm=None)
-    with ts.torch_threads(1):
-        run = ts.run_landscape(Booth(torch.tensor([5.0, -5.0], dtype=F64)), 6, 0.08, [4], options)
+    options = testfunctions.LandscapeTeleport(
+        steps=40, lr=1e-3, theta0="random", max_step_norm=None
+    )
+    with torch_threads(1):
+        run = testfunctions.run_landscape(
+            Booth(torch.tensor([5.0, -5.0], dtype=F64)), 6, 0.08, [4], options
+        )
     (record,) = run.teleports
     assert record.loss_after == pytest.approx(record.loss_before, rel=1e-12)
     assert run.losses[4] == pytest.approx(record.loss_before, rel=1e-12)
     assert record.rate_after == pytest.approx(36 * record.loss_before, rel=1e-6)
     assert run.rates[4] == pytest.approx(record.rate_after, rel=1e-12)
     assert record.rate_after > record.rate_before
-    baseline = ts.run_landscape(Booth(torch.tensor([5.0, -5.0], dtype=F64)), 6, 0.08)
+    baseline = testfunctions.run_landscape(Booth(torch.tensor([5.0, -5.0], dtype=F64)), 6, 0.08)
     assert baseline.losses[:4] == run.losses[:4]  # identical until the teleport
     assert run.losses[-1] < baseline.losses[-1]
     with pytest.raises(ps.InvalidArgumentError, match="theta0"):
-        ts.run_landscape(
+        testfunctions.run_landscape(
             Booth(torch.tensor([5.0, -5.0], dtype=F64)),
             2,
             0.08,
             [0],
-            ts.LandscapeTeleport(theta0="sideways"),
+            testfunctions.LandscapeTeleport(theta0="sideways"),
         )
 
 
-def _hand_training(problem: ts.RegressionProblem, optimizer: str, lr: float, steps: int):
+def _hand_training(
+    problem: regression_training.RegressionProblem, optimizer: str, lr: float, steps: int
+):
     """GD / AdaGrad on W₃σ(W₂σ(W₁X)) written out by hand (rows are samples)."""
     weights = [p.detach().clone().requires_grad_(True) for p in problem.model.parameters()]
     accumulators = [torch.zeros_like(w) for w in weights]
@@ -200,25 +222,29 @@ def _hand_training(problem: ts.RegressionProblem, optimizer: str, lr: float, ste
 
 @pytest.mark.parametrize(("optimizer", "lr"), [("gd", 1e-4), ("adagrad", 1e-1)])
 def test_training_matches_a_hand_loop(optimizer, lr):
-    problem = ts.make_regression_problem(3)
-    run = ts.train_regression(problem, optimizer, lr, 25, threads=None)
+    problem = regression_training.make_regression_problem(3)
+    run = regression_training.train_regression(problem, optimizer, lr, 25, threads=None)
     assert run.losses == pytest.approx(_hand_training(problem, optimizer, lr, 25), rel=1e-10)
     assert len(run.seconds) == 25
     assert run.seconds == sorted(run.seconds)
     assert run.teleport is None
     assert run.teleport_seconds == 0.0
-    fresh = ts.make_regression_problem(3)  # the problem's model was not trained in place
+    fresh = regression_training.make_regression_problem(
+        3
+    )  # the problem's model was not trained in place
     for p, q in zip(problem.model.parameters(), fresh.model.parameters(), strict=True):
         assert torch.equal(p, q)
 
 
 @pytest.mark.parametrize("optimizer", ["gd", "adagrad"])
 def test_regression_teleport_keeps_the_loss_and_raises_the_gradient(optimizer):
-    problem = ts.make_regression_problem(1)
+    problem = regression_training.make_regression_problem(1)
     lr = 1e-4 if optimizer == "gd" else 1e-1
-    plan = ts.RegressionTeleport(at=5, steps=4, lr=1e-7 if optimizer == "gd" else 1e-5)
-    base = ts.train_regression(problem, optimizer, lr, 8, threads=None)
-    tele = ts.train_regression(problem, optimizer, lr, 8, plan, threads=None)
+    plan = regression_training.RegressionTeleport(
+        at=5, steps=4, lr=1e-7 if optimizer == "gd" else 1e-5
+    )
+    base = regression_training.train_regression(problem, optimizer, lr, 8, threads=None)
+    tele = regression_training.train_regression(problem, optimizer, lr, 8, plan, threads=None)
     assert tele.losses[:5] == base.losses[:5]
     # Eq. 4.13 is exact on this batch (4 samples ≤ 5, 6 input features): the teleport keeps L
     assert tele.losses[5] == pytest.approx(base.losses[5], rel=1e-10)
@@ -234,13 +260,13 @@ def test_regression_teleport_keeps_the_loss_and_raises_the_gradient(optimizer):
 
 
 def test_layer_pair_actions_and_bad_input():
-    problem = ts.make_regression_problem(0)
-    names = [s.name for s in ts.layer_pair_actions(problem.model, "pinv_GL")]
+    problem = regression_training.make_regression_problem(0)
+    names = [s.name for s in regression_training.layer_pair_actions(problem.model, "pinv_GL")]
     assert names == ["pinv_GL[0->2]", "pinv_GL[2->4]"]
     with pytest.raises(ps.InvalidArgumentError, match="no conv_GL action"):
-        ts.layer_pair_actions(problem.model, "conv_GL")
+        regression_training.layer_pair_actions(problem.model, "conv_GL")
     with pytest.raises(ps.InvalidArgumentError, match="optimizer must be"):
-        ts.train_regression(problem, "adam", 1e-3, 2)  # type: ignore[arg-type]
+        regression_training.train_regression(problem, "adam", 1e-3, 2)  # type: ignore[arg-type]
 
 
 # -- reduced runs --------------------------------------------------------------------------------
@@ -357,4 +383,4 @@ def test_runtime_reduced(tmp_path):
     metrics = _metrics(tmp_path)["metrics"]
     assert 0 < metrics["teleport_share_min"] <= metrics["teleport_share_median"] < 1
     with pytest.raises(ps.InvalidArgumentError, match="at least 3"):
-        ts.run_runtime(ts.RuntimeConfig(dimensions=(2, 4)), registry.SilentProgress())
+        runtime.run_runtime(runtime.RuntimeConfig(dimensions=(2, 4)), registry.SilentProgress())

@@ -16,28 +16,29 @@ import paramsym as ps
 from paramsym.errors import MissingDataError
 from paramsym.experiments import registry
 from paramsym.experiments.registry import Result
-from paramsym.experiments.teleport_training import (
-    Arm,
-    ClassifierSetup,
-    Curve,
+from paramsym.experiments.teleport.optimizers import (
     OptimizersConfig,
     RegressionArm,
     half_squared_error,
+    regression_arms,
+    regression_problem,
+    run_regression_arm,
+)
+from paramsym.experiments.teleport.training import (
+    Arm,
+    ClassifierSetup,
+    Curve,
     layer_pair_actions,
     load_split,
     log_area,
     log_ratio,
-    regression_arms,
-    regression_problem,
     run_arm,
-    run_regression_arm,
     run_seeds,
     teleport_config,
     teleport_cost,
     teleporter,
-    torch_threads,
 )
-from paramsym.experiments.threads import single_threaded
+from paramsym.experiments.threads import single_threaded, torch_threads
 from paramsym.sweep import run_experiment
 
 NAMES = ("teleport-mnist", "teleport-schedules", "teleport-optimizers")

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.connectivity import generator
+from paramsym.experiments.connectivity.common import generator
 from paramsym.experiments.dissertation import predicted_orbit_dimension
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads

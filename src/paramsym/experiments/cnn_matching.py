@@ -45,9 +45,9 @@ import paramsym as ps
 from paramsym.connectivity import WeightMatchingConfig, linear_path
 from paramsym.connectivity.paths import barrier_of
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.connectivity import error_rate, spread
+from paramsym.experiments.connectivity.common import error_rate, spread
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport_training import image_split
+from paramsym.experiments.teleport.training import image_split
 from paramsym.experiments.threads import torch_threads
 from paramsym.nn.zoo import ResNet
 

@@ -263,20 +263,37 @@ def experiment(
 LIBRARY_MODULES = (
     "paramsym.experiments.dissertation",
     "paramsym.experiments.ntk_alignment",
-    "paramsym.experiments.functional_dimension",
-    "paramsym.experiments.teleport_synthetic",
-    "paramsym.experiments.teleport_training",
-    "paramsym.experiments.teleport_ntk",
-    "paramsym.experiments.connectivity",
-    "paramsym.experiments.conserved",
+    "paramsym.experiments.functional_dimension.univariate",
+    "paramsym.experiments.functional_dimension.bivariate",
+    "paramsym.experiments.functional_dimension.weight_decay",
+    "paramsym.experiments.functional_dimension.energy",
+    "paramsym.experiments.teleport.testfunctions",
+    "paramsym.experiments.teleport.regression",
+    "paramsym.experiments.teleport.sweep",
+    "paramsym.experiments.teleport.runtime",
+    "paramsym.experiments.teleport.mnist",
+    "paramsym.experiments.teleport.schedules",
+    "paramsym.experiments.teleport.optimizers",
+    "paramsym.experiments.teleport_ntk.linearization",
+    "paramsym.experiments.teleport_ntk.alignment",
+    "paramsym.experiments.connectivity.components",
+    "paramsym.experiments.connectivity.barrier",
+    "paramsym.experiments.connectivity.curves",
+    "paramsym.experiments.connectivity.alignment",
+    "paramsym.experiments.conserved.q_distribution",
+    "paramsym.experiments.conserved.q_convergence",
+    "paramsym.experiments.conserved.q_sharpness",
+    "paramsym.experiments.conserved.q_drift",
     "paramsym.experiments.group_ensemble",
-    "paramsym.experiments.global_curvature",
+    "paramsym.experiments.global_curvature.structure",
+    "paramsym.experiments.global_curvature.spectrum",
     "paramsym.experiments.symo_training",
     "paramsym.experiments.architectures",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
 )
-"""Modules whose import registers the library's experiments (one module per seed)."""
+"""Modules whose import registers the library's experiments (one module per seed, or per figure
+where a seed's experiments are split into a subpackage)."""
 
 
 def _load_library_experiments() -> None:

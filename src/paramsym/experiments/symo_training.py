@@ -39,7 +39,7 @@ import paramsym as ps
 from paramsym.core.params import Params
 from paramsym.data import teacher_student
 from paramsym.data.base import Dataset
-from paramsym.experiments.global_curvature import stacked_gradients
+from paramsym.experiments.global_curvature.networks import stacked_gradients
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.symo import (
     OPTIMIZERS,

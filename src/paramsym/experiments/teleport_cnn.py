@@ -6,7 +6,7 @@
 rescalings of the ReLU layers and the softmax translation of the last layer), several runs.
 
 The data, seeds, curves and plots are those of the MLP experiments in
-:mod:`paramsym.experiments.teleport_training`; choices the dissertation does not make are in the
+:mod:`paramsym.experiments.teleport.training`; choices the dissertation does not make are in the
 experiment's description and notes.
 """
 
@@ -26,19 +26,17 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.connectivity import spread
+from paramsym.experiments.connectivity.common import spread
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport_training import (
+from paramsym.experiments.teleport.plotting import log_bands, plot_band, plot_losses
+from paramsym.experiments.teleport.training import (
     COLOURS,
     Curve,
     Split,
     curve_table,
     image_split,
-    log_bands,
     log_ratio,
     mean_loss,
-    plot_band,
-    plot_losses,
     recorded_warnings,
     run_seeds,
     squared_grad_norm,

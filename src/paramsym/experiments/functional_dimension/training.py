@@ -1,0 +1,236 @@
+"""Training and tracking shared by the seed 004 functional-dimension experiments.
+
+The paper's architecture, the "He variant" initialisation, the batched training of a cohort
+of networks with Adam and the FD / linear-region measurements along training, used by
+``fd-univariate``, ``fd-bivariate``, ``fd-weight-decay`` and ``fd-energy``.
+
+The common setup is described in :mod:`paramsym.experiments.functional_dimension`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+import paramsym as ps
+import paramsym.data
+from paramsym.experiments.registry import Progress
+
+HIDDEN = (10, 10, 10, 10)
+"""Hidden widths of the paper's architecture (n0, 10, 10, 10, 10 | 1)."""
+
+COLOURS = {
+    "f1": "tab:blue",
+    "f2": "tab:red",
+    "f3": "tab:green",
+    "g1": "tab:blue",
+    "g2": "tab:red",
+    "g3": "tab:green",
+    "heating": "tab:red",
+    "cooling": "tab:blue",
+}
+
+# -- training and tracking (shared) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """One training set: a label (target name or weight decay) and float32 tensors."""
+
+    label: str
+    x: Tensor
+    y: Tensor
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The optimisation and measurement settings shared by the four experiments (seed 004 §5)."""
+
+    seed: int
+    runs: int
+    epochs: int
+    every: int
+    learning_rate: float
+    batch_size: int
+
+
+@dataclass
+class Trajectory:
+    """What one run (one initialisation on one task) recorded.
+
+    Attributes:
+        label, run, weight_decay: the task, the index of the initialisation, its weight decay.
+        epochs, fd32, fd64, regions, loss: one entry per checkpoint (0, every, 2·every, …, last).
+        r2: r² on the training data after training.
+        predictions: model outputs on a probe grid at every checkpoint (1-D tasks only).
+    """
+
+    label: str
+    run: int
+    weight_decay: float
+    epochs: list[int] = field(default_factory=list)
+    fd32: list[int] = field(default_factory=list)
+    fd64: list[int] = field(default_factory=list)
+    regions: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    r2: float = math.nan
+    predictions: list[Tensor] = field(default_factory=list)
+
+
+def init_seed(seed: int, run: int) -> int:
+    """The seed of run ``run``'s generator (initialisation, then minibatch order)."""
+    return seed * 1000 + run
+
+
+def he_variant_init(model: nn.Module, generator: torch.Generator) -> nn.Module:
+    """Draw every weight and bias of every ``nn.Linear`` from N(0, 2/fan_in) (seed 004 §5)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                std = math.sqrt(2.0 / module.in_features)
+                for p in (module.weight, module.bias):
+                    if p is not None:
+                        p.copy_(std * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return model
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+class _Cohort:
+    """All runs of several tasks as one batch of B networks with stacked parameters."""
+
+    def __init__(self, tasks: Sequence[Task], schedule: Schedule) -> None:
+        self.members = [(t, r) for t in tasks for r in range(schedule.runs)]
+        widths = [tasks[0].x.shape[1], *HIDDEN, 1]
+        self.template = ps.mlp(widths, activation="relu", seed=0)  # seed: global RNG untouched
+        self.generators = [
+            torch.Generator().manual_seed(init_seed(schedule.seed, r)) for _, r in self.members
+        ]
+        layers = [
+            _linears(he_variant_init(copy.deepcopy(self.template), g)) for g in self.generators
+        ]
+        self.weights = [
+            torch.stack([ls[i].weight.detach() for ls in layers]).requires_grad_()
+            for i in range(len(layers[0]))
+        ]
+        self.biases = [
+            torch.stack([ls[i].bias.detach() for ls in layers]).requires_grad_()
+            for i in range(len(layers[0]))
+        ]
+        self.decay = torch.tensor([t.weight_decay for t, _ in self.members])
+        self.x = torch.stack([t.x for t, _ in self.members])  # (B, m, n0)
+        self.y = torch.stack([t.y for t, _ in self.members])  # (B, m, 1)
+
+    @property
+    def parameters(self) -> list[Tensor]:
+        return [*self.weights, *self.biases]
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Outputs of all B networks on their own inputs ``x`` of shape (B, k, n0)."""
+        h = x
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            if i < len(self.weights) - 1:
+                h = torch.relu(h)
+        return h
+
+    def epoch(self, optimizer: torch.optim.Optimizer, batch_size: int) -> None:
+        """One pass over every run's data in its own shuffled minibatches of ``batch_size``.
+
+        The loss is the sum of the runs' own MSELoss, so each run gets its own gradient; its
+        weight decay λ is then added as ``grad ← grad + λ·θ`` before the Adam step, which is
+        exactly what ``torch.optim.Adam(weight_decay=λ)`` does (coupled L2), run by run.
+        """
+        m = self.x.shape[1]
+        order = torch.stack([torch.randperm(m, generator=g) for g in self.generators])
+        rows = torch.arange(len(self.members)).unsqueeze(1)
+        for start in range(0, m, batch_size):
+            index = order[:, start : start + batch_size]
+            optimizer.zero_grad()
+            error = self.forward(self.x[rows, index]) - self.y[rows, index]
+            error.pow(2).mean(dim=(1, 2)).sum().backward()
+            with torch.no_grad():
+                for p in self.parameters:
+                    assert p.grad is not None
+                    p.grad.add_(self.decay.view(-1, *[1] * (p.dim() - 1)) * p)
+            optimizer.step()
+
+    def model(self, b: int) -> nn.Module:
+        """Network ``b`` as a ``ps.mlp`` (the template, overwritten)."""
+        with torch.no_grad():
+            for layer, w, bias in zip(
+                _linears(self.template), self.weights, self.biases, strict=True
+            ):
+                layer.weight.copy_(w[b])
+                layer.bias.copy_(bias[b])
+        return self.template
+
+
+def _measure(cohort: _Cohort, records: list[Trajectory], epoch: int, probe: Tensor | None) -> None:
+    """Record FD (float32 and float64), linear regions and the training loss of every run."""
+    with torch.no_grad():
+        losses = (cohort.forward(cohort.x) - cohort.y).pow(2).mean(dim=(1, 2))
+    for b, ((task, _), record) in enumerate(zip(cohort.members, records, strict=True)):
+        model = cohort.model(b)
+        record.epochs.append(epoch)
+        record.fd32.append(ps.functional_dimension(model, task.x, dtype=torch.float32).rank)
+        record.fd64.append(ps.functional_dimension(model, task.x, dtype=torch.float64).rank)
+        record.regions.append(ps.linear_regions(model, task.x).count)
+        record.loss.append(float(losses[b]))
+        if probe is not None:
+            with torch.no_grad():
+                record.predictions.append(model(probe).flatten())
+
+
+def adam(parameters: list[Tensor], learning_rate: float) -> torch.optim.Adam:
+    """``torch.optim.Adam`` without its own weight decay (it is added run by run, see
+    ``_Cohort.epoch``); the fused kernel where this torch has it (the same update, faster)."""
+    try:
+        return torch.optim.Adam(parameters, lr=learning_rate, fused=True)
+    except RuntimeError:  # torch < 2.4 has no fused Adam on the CPU
+        return torch.optim.Adam(parameters, lr=learning_rate)
+
+
+def r2_score(prediction: Tensor, target: Tensor) -> float:
+    """Coefficient of determination 1 − SS_res / SS_tot."""
+    residual = float((prediction - target).pow(2).sum())
+    total = float((target - target.mean()).pow(2).sum())
+    return 1.0 - residual / total if total > 0 else math.nan
+
+
+def train_and_track(
+    tasks: Sequence[Task],
+    schedule: Schedule,
+    progress: Progress,
+    probe: Tensor | None = None,
+    description: str = "epochs",
+) -> list[Trajectory]:
+    """Train ``schedule.runs`` He-variant initialisations on each task with Adam (coupled L2
+    weight decay of the task) and MSE in float32, and track FD (float32 and float64), linear
+    regions and the loss at epoch 0, every ``schedule.every`` epochs and at the last epoch
+    (seed 004 §5, Figs 2-6, 9). Tasks must have the same number of points and input width.
+
+    Run ``r`` starts from the same initialisation, and sees the same minibatch order, on
+    every task (seed 004 Fig 3 shares the seed between heating and cooling).
+    """
+    cohort = _Cohort(tasks, schedule)
+    optimizer = adam(cohort.parameters, schedule.learning_rate)
+    records = [Trajectory(t.label, r, t.weight_decay) for t, r in cohort.members]
+    for epoch in progress.track(range(schedule.epochs + 1), description=description):
+        if epoch % schedule.every == 0 or epoch == schedule.epochs:
+            _measure(cohort, records, epoch, probe)
+        if epoch < schedule.epochs:
+            cohort.epoch(optimizer, schedule.batch_size)
+    with torch.no_grad():
+        outputs = cohort.forward(cohort.x)
+    for b, record in enumerate(records):
+        record.r2 = r2_score(outputs[b], cohort.y[b])
+    return records
