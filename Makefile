@@ -84,8 +84,8 @@ $(NT_VENV)/.installed:
 bench-nt-env: $(NT_VENV)/.installed
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples docs
+	$(BIN)/ruff format --check src tests benchmarks examples docs/*.py
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
