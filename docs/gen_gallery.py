@@ -33,15 +33,29 @@ def _cell(text: Any) -> str:
 
 def render() -> str:
     """The gallery page as markdown, one section per registered experiment."""
-    from paramsym.experiments.registry import library_experiments
+    from paramsym.experiments.registry import SEED_TITLES, by_paper, library_experiments
 
     experiments = library_experiments()
-    lines = [INTRO, f"{len(experiments)} experiments:", ""]
-    lines += [f"- [`{e.name}`](#{e.name}): {_cell(e.seed_ref)}" for e in experiments]
+    papers = by_paper(experiments)
+    lines = [INTRO, f"{len(experiments)} experiments, by paper:", ""]
+    for paper, group in papers.items():
+        title = f"{paper}: {SEED_TITLES[paper]}" if paper in SEED_TITLES else paper
+        lines += [f"- **{title}**"]
+        lines += [f"    - [`{e.name}`](#{e.name}): {_cell(e.seed_ref)}" for e in group]
     lines.append("")
+    for paper, group in papers.items():
+        title = f"{paper}: {SEED_TITLES[paper]}" if paper in SEED_TITLES else paper
+        lines += [f"## {title}", ""]
+        lines += _sections(group)
+    return "\n".join(lines)
+
+
+def _sections(experiments: list[Any]) -> list[str]:
+    """One section per experiment: reference, data, description, command, claims."""
+    lines: list[str] = []
     for e in experiments:
         lines += [
-            f"## `{e.name}` {{#{e.name}}}",
+            f"### `{e.name}` {{#{e.name}}}",
             "",
             f"**Reproduces:** {e.seed_ref}  ",
             f"**Data:** {e.data}",
@@ -59,7 +73,7 @@ def render() -> str:
                 f"| {_cell(c.text)} | {_cell(c.source)} | {_cell(c.expected)} |" for c in e.claims
             ]
             lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def on_files(files: Any, config: Any) -> Any:
