@@ -13,8 +13,8 @@ import paramsym as ps
 from paramsym.experiments import registry
 from paramsym.experiments.ntk_alignment import (
     AlignmentSpeedConfig,
-    _data,
-    _halving_time,
+    alignment_data,
+    halving_time,
     run_alignment_speed,
 )
 from paramsym.experiments.registry import SilentProgress
@@ -37,11 +37,11 @@ def test_registered_with_the_papers_settings():
 
 
 def test_halving_time_is_the_first_checked_step_below_half_the_initial_loss():
-    x, y = _data(SMALL)
+    x, y = alignment_data(SMALL)
     config = dataclasses.replace(SMALL, learning_rate=0.5, momentum=0.0, batch_size=100)
     model = ps.mlp([x.shape[1], 16, 10], "relu", seed=1)
     copy = ps.mlp([x.shape[1], 16, 10], "relu", seed=1)
-    epochs = _halving_time(model, x, y, config, torch.Generator().manual_seed(3))
+    epochs = halving_time(model, x, y, config, torch.Generator().manual_seed(3))
     assert math.isfinite(epochs)
 
     # Oracle: replay the same SGD steps by hand and find the first step below half.
@@ -66,10 +66,10 @@ def test_halving_time_is_the_first_checked_step_below_half_the_initial_loss():
 
 
 def test_a_run_that_never_halves_is_nan():
-    x, y = _data(SMALL)
+    x, y = alignment_data(SMALL)
     config = dataclasses.replace(SMALL, learning_rate=0.0, epochs=1)
     model = ps.mlp([x.shape[1], 8, 10], "relu", seed=0)
-    assert math.isnan(_halving_time(model, x, y, config, torch.Generator().manual_seed(0)))
+    assert math.isnan(halving_time(model, x, y, config, torch.Generator().manual_seed(0)))
 
 
 def test_small_run_records_alignment_of_each_initialisation():
@@ -78,7 +78,7 @@ def test_small_run_records_alignment_of_each_initialisation():
     assert len(runs["alignment"]) == len(runs["halving_epoch"]) == SMALL.runs
     assert result.metrics["runs"] == SMALL.runs
     # Run 0's alignment is loss_alignment at that initialisation, recomputed here.
-    x, y = _data(SMALL)
+    x, y = alignment_data(SMALL)
     model = ps.mlp(
         [x.shape[1], SMALL.width, SMALL.width, 10],
         "relu",
@@ -94,4 +94,4 @@ def test_small_run_records_alignment_of_each_initialisation():
 
 def test_unknown_dataset_is_a_clear_error():
     with pytest.raises(ps.InvalidArgumentError, match="dataset must be 'digits'"):
-        _data(dataclasses.replace(SMALL, dataset="cifar"))
+        alignment_data(dataclasses.replace(SMALL, dataset="cifar"))

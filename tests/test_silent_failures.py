@@ -345,3 +345,25 @@ def test_tied_weights_in_a_chain_name_only_parameters_the_model_has():
     state = {**ps.params_of(model), **dict(model.named_buffers())}
     for s in found:
         s.act(state, s.identity())  # every one acts on the model's own params dict
+
+
+@pytest.mark.parametrize("reuse", ["module", "weight", "none"])
+def test_structured_ntk_of_a_sequential_is_exact_whether_or_not_it_reuses_a_layer(reuse):
+    """Plain Sequentials skip the structured path's probe (their structure guarantees it);
+    one that reuses a layer or ties a weight must not."""
+    from paramsym.tangent_kernel.structured import statically_verified
+
+    torch.manual_seed(13)
+    first, second = L(8, 8), L(8, 8)
+    if reuse == "module":
+        second = first
+    elif reuse == "weight":
+        second.weight = first.weight
+    model = nn.Sequential(L(4, 8), nn.ReLU(), first, nn.Tanh(), second, nn.ReLU(), L(8, 2))
+    assert statically_verified(model) == (reuse == "none")
+    x = torch.randn(6, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ps.ParamsymWarning)
+        structured = ps.ntk(model, x, method="structured")
+    reference = ps.ntk(model, x, method="jacobian")
+    assert torch.allclose(structured, reference, rtol=1e-11, atol=1e-12)

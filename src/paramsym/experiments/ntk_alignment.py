@@ -62,7 +62,9 @@ class AlignmentSpeedConfig:
     data_dir: str | None = None
 
 
-def _data(config: AlignmentSpeedConfig) -> tuple[Tensor, Tensor]:
+def alignment_data(config: AlignmentSpeedConfig) -> tuple[Tensor, Tensor]:
+    """The first ``train_samples`` training inputs of ``config.dataset`` (digits or
+    Fashion-MNIST), flattened and standardised, with their labels."""
     if config.dataset == "digits":
         dataset = datasets.digits(seed=config.seed)
     elif config.dataset == "fashion_mnist":
@@ -81,7 +83,7 @@ def _data(config: AlignmentSpeedConfig) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-def _halving_time(
+def halving_time(
     model: nn.Module, x: Tensor, y: Tensor, config: AlignmentSpeedConfig, generator: torch.Generator
 ) -> float:
     """Epochs (at ``check_every``-step resolution) until the training loss halves; NaN if never."""
@@ -109,7 +111,7 @@ def _halving_time(
 
 
 def run_alignment_speed(config: AlignmentSpeedConfig, progress: Progress) -> Result:
-    x, y = _data(config)
+    x, y = alignment_data(config)
     classes = int(y.max()) + 1
     loss_fn = nn.CrossEntropyLoss()
     subset = (x[: config.alignment_samples], y[: config.alignment_samples])
@@ -126,7 +128,7 @@ def run_alignment_speed(config: AlignmentSpeedConfig, progress: Progress) -> Res
         alignments.append(
             ps.loss_alignment(model, loss_fn, subset, learning_rate=config.learning_rate)
         )
-        halving.append(_halving_time(model, x, y, config, torch.Generator().manual_seed(seed)))
+        halving.append(halving_time(model, x, y, config, torch.Generator().manual_seed(seed)))
     a, h = np.array(alignments), np.array(halving)
     finished = np.isfinite(h)
     if finished.sum() >= 3 and np.ptp(h[finished]) > 0:

@@ -37,6 +37,8 @@ This catches weights that are shared or also used outside the module's ``forward
 with their own ``forward``, modules called through ``F.*`` by their parent
 (``nn.MultiheadAttention.out_proj``) and outputs that mix samples. It costs two forward passes
 and one backward pass on two samples, a fixed overhead of a few passes over the parameters.
+A plain ``nn.Sequential`` of standard modules (:func:`statically_verified`) is known to pass
+these checks from its structure, and skips the probe.
 Every other parameter (norms, recurrent cells, attention biases, rejected layers) contributes
 through the Jacobian contraction, exactly, with a :class:`StructuredFallbackWarning` that names
 the modules and why.
@@ -53,6 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.errors import ParamsymWarning
+from paramsym.nn.layers import NTKLinear
 from paramsym.tangent_kernel.factorised import (
     Layer,
     Path,
@@ -389,16 +392,59 @@ def _verify(
     return failed
 
 
+_STANDARD_LEAVES = (
+    nn.Linear,
+    NTKLinear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.Embedding,
+    nn.Flatten,
+    nn.Identity,
+    nn.Dropout,
+    nn.LayerNorm,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+)
+
+
+def statically_verified(model: nn.Module) -> bool:
+    """Whether the structure alone guarantees what :func:`_verify` checks numerically: an
+    ``nn.Sequential`` (nested ones included) of distinct modules of standard types (exactly
+    those types, not subclasses with their own ``forward``; activations of the registry),
+    no weight shared or parametrised, no BatchNorm in training mode. Its forward calls each
+    layer once, on batch-first inputs, with the layer's own weight, and never mixes samples;
+    the probe is then skipped (it costs two forwards and a VJP)."""
+    from paramsym.nn.activations import activation_spec
+    from paramsym.symmetry.detect import chain_hazards
+
+    if not isinstance(model, nn.Sequential) or any(
+        "same object" in h or "shared" in h or "parametrised" in h for h in chain_hazards(model)
+    ):
+        return False
+    for module in model.modules():
+        if type(module) is nn.Sequential:
+            continue
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
+            return False
+        if type(module) not in _STANDARD_LEAVES and activation_spec(module) is None:
+            return False
+    return True
+
+
 def plan_structured(problem: KernelProblem) -> StructuredPlan:
     """Choose and verify the layers computed structurally (module docstring)."""
     layers, reasons = candidate_layers(problem.model, problem.params)
     if layers:
         probe = two_samples(problem.x1)
-        calls_one = _record_calls(problem, layers, probe[:1])
+        static = statically_verified(problem.model)
         calls_two = _record_calls(problem, layers, probe)
+        calls_one = calls_two if static else _record_calls(problem, layers, probe[:1])
         kept = []
         for layer in layers:
-            why = _batched(calls_one, layer.name, 1) or _batched(calls_two, layer.name, 2)
+            why = None if static else _batched(calls_one, layer.name, 1)
+            why = why or _batched(calls_two, layer.name, 2)
             if why is None:
                 kept.append(layer)
             else:
@@ -407,7 +453,7 @@ def plan_structured(problem: KernelProblem) -> StructuredPlan:
             layer.name: (calls_two[layer.name][0][0][1:], calls_two[layer.name][0][1][1:])
             for layer in kept
         }
-        failed = _verify(problem, kept, shapes, probe) if kept else {}
+        failed = _verify(problem, kept, shapes, probe) if kept and not static else {}
         for name, why in failed.items():
             reasons[name or "(root)"] = why
         layers = [layer for layer in kept if layer.name not in failed]

@@ -26,7 +26,7 @@ from paramsym.connectivity import (
     weight_matching,
 )
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.connectivity.common import _per_pair, error_rate, generator, spread
+from paramsym.experiments.connectivity.common import error_rate, generator, per_pair, spread
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 
 # == permutation-alignment (§3.3.1, Git Re-Basin) =================================================
@@ -177,7 +177,7 @@ def run_alignment(config: AlignmentConfig, progress: Progress) -> Result:
         curves["pair"].extend([index] * len(pair.naive_loss.alphas))
 
     def collect(get: Callable[[PairMeasurement], float]) -> list[float]:
-        return _per_pair([get(pair) for pair in pairs])
+        return per_pair([get(pair) for pair in pairs])
 
     metrics = {
         "widths": widths,

@@ -69,5 +69,6 @@ def spread(values: Sequence[float], digits: int = 4) -> str:
     return f"{statistics.fmean(values):.{digits}g} ± {statistics.stdev(values):.2g}"
 
 
-def _per_pair(values: Sequence[float]) -> list[float]:
+def per_pair(values: Sequence[float]) -> list[float]:
+    """Per-pair values as plain floats (for metrics.json)."""
     return [float(v) for v in values]

@@ -113,12 +113,13 @@ def _format_steps(step: int | None) -> str:
     return "never" if step is None else str(step)
 
 
-def _bound(max_step_norm: float) -> float | None:
+def step_bound(max_step_norm: float) -> float | None:
     """``0`` in a config means an unbounded ascent step (``max_step_norm=None``)."""
     return max_step_norm if max_step_norm > 0 else None
 
 
-def _concat(tables: Sequence[dict[str, list[Any]]]) -> dict[str, list[Any]]:
+def concat_tables(tables: Sequence[dict[str, list[Any]]]) -> dict[str, list[Any]]:
+    """Long-format tables with the same columns, one after the other."""
     out: dict[str, list[Any]] = {k: [] for k in tables[0]}
     for table in tables:
         for key in out:
@@ -126,7 +127,8 @@ def _concat(tables: Sequence[dict[str, list[Any]]]) -> dict[str, list[Any]]:
     return out
 
 
-def _rows(table: dict[str, list[Any]], **where: Any) -> dict[str, list[Any]]:
+def table_rows(table: dict[str, list[Any]], **where: Any) -> dict[str, list[Any]]:
+    """The rows of a long-format table whose columns equal ``where``'s values."""
     keep = [
         i
         for i in range(len(next(iter(table.values()))))

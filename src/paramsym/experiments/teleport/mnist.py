@@ -79,7 +79,8 @@ class TeleportMnistConfig:
     threads: int = 1
 
 
-def _mnist_setup(config: Any) -> ClassifierSetup:
+def mnist_setup(config: Any) -> ClassifierSetup:
+    """The classifier-training settings of a Fig 4.6-style config (shared by ch. 4-5)."""
     return ClassifierSetup(
         hidden=tuple(config.hidden),
         slope=config.slope,
@@ -97,7 +98,7 @@ def run_teleport_mnist(config: TeleportMnistConfig, progress: Progress) -> Resul
     """Fig 4.6: SGD and AdaGrad, each with and without one teleport (4 batches)."""
     with torch_threads(config.threads):
         split = load_split(config.dataset, config.data_dir, config.seed, holdout="validation")
-        setup = _mnist_setup(config)
+        setup = mnist_setup(config)
         arms = []
         for name, lr in (("sgd", config.sgd_lr), ("adagrad", config.adagrad_lr)):
             arms.append(Arm(f"{LABELS[name]}", name, lr))
@@ -115,10 +116,10 @@ def run_teleport_mnist(config: TeleportMnistConfig, progress: Progress) -> Resul
             (arm.label, run, run_arm(split, setup, arm, config.seed, run))
             for arm, run in progress.track(jobs, total=len(jobs), description="teleport-mnist")
         ]
-    return _summarise_pairs(curves, [("SGD", "sgd"), ("AdaGrad", "adagrad")], config, split)
+    return summarise_pairs(curves, [("SGD", "sgd"), ("AdaGrad", "adagrad")], config, split)
 
 
-def _summarise_pairs(
+def summarise_pairs(
     curves: Sequence[tuple[str, int, Curve]],
     pairs: Sequence[tuple[str, str]],
     config: Any,
@@ -207,7 +208,8 @@ def _pair_claim(key: str, label: str) -> Callable[[Result], tuple[str, bool]]:
     return check
 
 
-def _cost_claim(result: Result) -> tuple[str, bool]:
+def teleport_cost_claim(result: Result) -> tuple[str, bool]:
+    """Claim check: one teleport costs less than one epoch (and how many steps it costs)."""
     m = result.metrics
     steps = m["teleport_seconds"] / (m["epoch_seconds"] / m["steps_per_epoch"])
     return (
@@ -296,7 +298,7 @@ experiment(
             "one teleport costs less than one epoch",
             "seed 001, §4.6.4, §5.4.2",
             "teleport wall-clock / epoch wall-clock < 1 (same run)",
-            _cost_claim,
+            teleport_cost_claim,
         ),
         Claim(
             "the effect on validation loss is limited (detrimental for AdaGrad)",

@@ -24,8 +24,8 @@ import paramsym as ps
 import paramsym.data
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport.mnist import _cost_claim, _mnist_setup, _summarise_pairs
-from paramsym.experiments.teleport.plotting import _palette, log_bands, plot_band
+from paramsym.experiments.teleport.mnist import mnist_setup, summarise_pairs, teleport_cost_claim
+from paramsym.experiments.teleport.plotting import log_bands, palette, plot_band
 from paramsym.experiments.teleport.training import (
     COLOURS,
     LABELS,
@@ -296,7 +296,7 @@ def run_optimizers(config: OptimizersConfig, progress: Progress) -> Result:
             )
             for panel, arm, run in progress.track(jobs, total=len(jobs), description="regression")
         }
-        setup = _mnist_setup(config)
+        setup = mnist_setup(config)
         arms = classifier_arms(config)
         runs = [(arm, run) for run in range(config.runs) for arm in arms]
         curves = [
@@ -304,7 +304,7 @@ def run_optimizers(config: OptimizersConfig, progress: Progress) -> Result:
             for arm, run in progress.track(runs, total=len(runs), description="optimizers")
         ]
     pairs = [(LABELS[name], name) for name in config.optimizers]
-    result = _summarise_pairs(curves, pairs, config, split, early_epochs=config.early_epochs)
+    result = summarise_pairs(curves, pairs, config, split, early_epochs=config.early_epochs)
     result.metrics.update(_regression_metrics(trajectories, panels, config.teleport_step))
     result.series["regression"] = _regression_table(trajectories)
     result.metrics["regression_teleport_step"] = config.teleport_step
@@ -472,7 +472,7 @@ def _plot_regression(result: Result) -> Any:
             "loss": [table["loss"][i] for i in rows],
         }
         groups = log_bands(sub, "loss", "step")
-        colours = {"no teleport": "black", **_palette(list(groups)[1:])}
+        colours = {"no teleport": "black", **palette(list(groups)[1:])}
         for arm, band in groups.items():
             style = ":" if "control" in arm else "-"
             plot_band(ax, *band, color=colours[arm], linestyle=style, label=arm)
@@ -548,7 +548,7 @@ experiment(
             "loss vs wall-clock looks like loss vs epoch: a teleport costs less than an epoch",
             "seed 001, §5.4.2, Fig 5.11",
             "teleport wall-clock / epoch wall-clock < 1 (same run)",
-            _cost_claim,
+            teleport_cost_claim,
         ),
     ],
     plot=plot_optimizers,

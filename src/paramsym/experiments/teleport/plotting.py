@@ -60,7 +60,8 @@ def plot_losses(
     axes.set_ylabel("loss")
 
 
-def _palette(labels: Sequence[str]) -> dict[str, str]:
+def palette(labels: Sequence[str]) -> dict[str, str]:
+    """One viridis colour per label, evenly spaced."""
     cycle = plt.get_cmap("viridis")
     count = max(len(labels) - 1, 1)
     return {label: cycle(i / count) for i, label in enumerate(labels)}  # type: ignore[misc]

@@ -22,8 +22,8 @@ from paramsym.experiments.teleport.convergence import (
     LABELS,
     OPTIMIZERS,
     _mean_std,
-    _rows,
     compare_at_equal_loss,
+    table_rows,
 )
 from paramsym.experiments.teleport.regression_training import (
     RegressionSetup,
@@ -183,10 +183,10 @@ def run_regression(config: RegressionConfig, progress: Progress) -> Result:
 def _trainings_from(
     table: dict[str, list[Any]], optimizer: str, teleported: bool
 ) -> list[TrainingRun]:
-    rows = _rows(table, optimizer=optimizer, teleport=teleported)
+    rows = table_rows(table, optimizer=optimizer, teleport=teleported)
     out = []
     for r in sorted(set(rows["run"])):
-        one = _rows(rows, run=r)
+        one = table_rows(rows, run=r)
         out.append(TrainingRun(optimizer, one["loss"], one["dL_dt"], one["seconds"]))
     return out
 

@@ -47,7 +47,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.errors import InvalidArgumentError, NonFiniteError
-from paramsym.experiments.teleport.convergence import F64, OPTIMIZERS, OptimizerName, _bound
+from paramsym.experiments.teleport.convergence import F64, OPTIMIZERS, OptimizerName, step_bound
 from paramsym.experiments.threads import torch_threads
 from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation import (
@@ -143,7 +143,7 @@ class RegressionTeleport:
             steps=self.steps,
             lr=self.lr,
             parameterization=self.parameterization,  # type: ignore[arg-type]
-            max_step_norm=_bound(self.max_step_norm),
+            max_step_norm=step_bound(self.max_step_norm),
             keep_worse=True,  # Algorithm 1 applies every teleport
         )
 

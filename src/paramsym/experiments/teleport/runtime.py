@@ -23,7 +23,7 @@ from torch import nn
 import paramsym as ps
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport.convergence import F64, _bound, _concat, _rows
+from paramsym.experiments.teleport.convergence import F64, concat_tables, step_bound, table_rows
 from paramsym.experiments.teleport.regression_training import (
     TrainingRun,
     layer_pair_actions,
@@ -109,7 +109,7 @@ def time_training(config: RuntimeConfig, width: int, layers: int) -> RuntimeRow:
         steps=config.teleport_steps,
         lr=config.teleport_lr,
         parameterization="first_order",
-        max_step_norm=_bound(config.max_step_norm),
+        max_step_norm=step_bound(config.max_step_norm),
         keep_worse=True,  # Algorithm 1 applies every teleport
     )
 
@@ -213,7 +213,7 @@ def run_runtime(config: RuntimeConfig, progress: Progress) -> Result:
         "diverged": sum(r.diverged for r in (*by_dimension, *by_depth)),
     }
     series = {
-        "runtime": _concat([_runtime_table(by_dimension, "a"), _runtime_table(by_depth, "b")])
+        "runtime": concat_tables([_runtime_table(by_dimension, "a"), _runtime_table(by_depth, "b")])
     }
     notes = [
         f"GD (lr {config.lr:g}, loss 0.5‖·‖²_F, float64) for {config.epochs} epochs with a "
@@ -232,7 +232,7 @@ def plot_runtime(result: Result) -> dict[str, Any]:
     table = result.series["runtime"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     for axis, panel, key in ((left, "a", "width"), (right, "b", "layers")):
-        rows = _rows(table, panel=panel)
+        rows = table_rows(table, panel=panel)
         for column, label, style in (
             ("seconds_with_teleport", "GD + teleport (total)", "-o"),
             ("teleport_seconds", "teleport only", "--s"),
@@ -249,7 +249,7 @@ def plot_runtime(result: Result) -> dict[str, Any]:
         f"(a) 3 layers: runtime ∝ d^{m['dimension_slope']:.2f} (d ≥ {m['dimension_fit_widths'][0]})"
     )
     right.set_xlabel("number of layers")
-    right.set_xticks(sorted(set(_rows(table, panel="b")["layers"])))
+    right.set_xticks(sorted(set(table_rows(table, panel="b")["layers"])))
     right.set_title(f"(b) width {table['width'][-1]}: linear fit R² = {m['depth_r2']:.3f}")
     figure.suptitle("GD with a teleport every 10 epochs: runtime (dissertation Fig 4.9)")
     figure.tight_layout()

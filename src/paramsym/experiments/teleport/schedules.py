@@ -18,8 +18,8 @@ import scipy.stats
 
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport.mnist import _mnist_setup
-from paramsym.experiments.teleport.plotting import _palette, plot_losses
+from paramsym.experiments.teleport.mnist import mnist_setup
+from paramsym.experiments.teleport.plotting import palette, plot_losses
 from paramsym.experiments.teleport.training import (
     Arm,
     curve_table,
@@ -97,7 +97,7 @@ def run_schedules(config: SchedulesConfig, progress: Progress) -> Result:
     """Fig 4.8 (a)-(c); identical arms (same teleport epochs and batches) are trained once."""
     with torch_threads(config.threads):
         split = load_split(config.dataset, config.data_dir, config.seed, holdout="validation")
-        setup = _mnist_setup(config)
+        setup = mnist_setup(config)
         panels = schedule_arms(config)
         baseline = Arm("no teleport", "sgd", config.lr)
         unique: dict[tuple[tuple[int, ...], int], Arm] = {(baseline.teleport_epochs, 1): baseline}
@@ -222,7 +222,7 @@ def plot_schedules(result: Result) -> dict[str, Any]:
     table = result.series["curves"]
     for ax, (panel, labels) in zip(axes, result.metrics["panels"].items(), strict=True):
         arms = ["no teleport", *(f"{panel}: {label}" for label in labels)]
-        colours = {"no teleport": "black", **_palette(arms[1:])}
+        colours = {"no teleport": "black", **palette(arms[1:])}
         names = {arm: arm.split(": ", 1)[-1] for arm in arms}
         plot_losses(ax, table, arms, colours, labels=names)
         ax.set_title(titles[panel])

@@ -21,7 +21,7 @@ from paramsym.experiments.teleport.convergence import (
     OPTIMIZERS,
     OptimizerName,
     _mean_std,
-    _rows,
+    table_rows,
 )
 from paramsym.experiments.teleport.regression_training import (
     RegressionSetup,
@@ -128,7 +128,7 @@ def _grid_points(rows: dict[str, list[Any]], config: SweepConfig) -> dict[str, l
     for optimizer in config.optimizers:
         for lr in config.teleport_lrs:
             for n in config.teleport_steps:
-                one = _rows(rows, optimizer=optimizer, teleport_lr=lr, teleport_steps=n)
+                one = table_rows(rows, optimizer=optimizer, teleport_lr=lr, teleport_steps=n)
                 converged = sum(s == "converged" for s in one["status"])
                 complete = converged == len(one["status"])
                 wall = _mean_std(one["speedup_wall"]) if complete else (math.nan, math.nan)
@@ -141,7 +141,7 @@ def _grid_points(rows: dict[str, list[Any]], config: SweepConfig) -> dict[str, l
 
 
 def _sweep_metrics(points: dict[str, list[Any]], optimizer: str) -> dict[str, Any]:
-    one = _rows(points, optimizer=optimizer)
+    one = table_rows(points, optimizer=optimizer)
     wall = [v for v in one["speedup_wall"] if math.isfinite(v)]
     steps = [v for v in one["speedup_steps"] if math.isfinite(v)]
     best = max(
@@ -196,13 +196,13 @@ def _speedup_panels(result: Result, key: str, what: str) -> Any:
     )
     letters = "abcd"
     for i, optimizer in enumerate(optimizers):
-        one = _rows(points, optimizer=optimizer)
+        one = table_rows(points, optimizer=optimizer)
         by_lr, by_steps = grid[0][2 * i], grid[0][2 * i + 1]
         for n in sorted(set(one["teleport_steps"])):
-            line = _rows(one, teleport_steps=n)
+            line = table_rows(one, teleport_steps=n)
             by_lr.plot(line["teleport_lr"], line[key], "-o", markersize=4, label=f"steps = {n}")
         for lr in sorted(set(one["teleport_lr"])):
-            line = _rows(one, teleport_lr=lr)
+            line = table_rows(one, teleport_lr=lr)
             by_steps.plot(
                 line["teleport_steps"], line[key], "-o", markersize=4, label=f"lr = {lr:g}"
             )

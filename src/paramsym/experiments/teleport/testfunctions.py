@@ -31,11 +31,11 @@ from paramsym.experiments.teleport.convergence import (
     COLOURS,
     F64,
     LABELS,
-    _bound,
-    _concat,
     _format_steps,
-    _rows,
     compare_at_equal_loss,
+    concat_tables,
+    step_bound,
+    table_rows,
 )
 from paramsym.experiments.threads import torch_threads
 from paramsym.landscapes import Booth, Landscape, Rosenbrock, value_loss
@@ -310,14 +310,14 @@ def _run_testfunctions(config: LandscapeConfig, progress: Progress) -> Result:
         config.rosenbrock_teleport_lr,
         config.rosenbrock_objective,
         config.rosenbrock_theta0,
-        _bound(config.max_step_norm),
+        step_bound(config.max_step_norm),
     )
     booth = LandscapeTeleport(
         config.booth_teleport_steps,
         config.booth_teleport_lr,
         config.booth_objective,
         config.booth_theta0,
-        _bound(config.max_step_norm),
+        step_bound(config.max_step_norm),
     )
     schedule = range(config.rosenbrock_every - 1, config.rosenbrock_steps, config.rosenbrock_every)
 
@@ -364,7 +364,7 @@ def _run_testfunctions(config: LandscapeConfig, progress: Progress) -> Result:
         "booth_max_rate_on_level_set": 36.0 * draws[0].teleports[0].loss_before,
     }
     series: dict[str, dict[str, list[Any]]] = {
-        "trajectories": _concat(
+        "trajectories": concat_tables(
             [
                 _landscape_series("rosenbrock", "gd", rb_gd),
                 _landscape_series("rosenbrock", "gd+teleport", rb_tp),
@@ -372,7 +372,7 @@ def _run_testfunctions(config: LandscapeConfig, progress: Progress) -> Result:
                 _landscape_series("booth", "gd+teleport", draws[0]),
             ]
         ),
-        "teleports": _concat(
+        "teleports": concat_tables(
             [_teleport_table("rosenbrock", 0, rb_tp)]
             + [_teleport_table("booth", d, r) for d, r in enumerate(draws)]
         ),
@@ -415,12 +415,12 @@ def _draw_trajectory(axis: Any, result: Result, name: str, label: str) -> None:
     cls, target, levels = LANDSCAPES[name]
     for level in levels:
         axis.plot(*_level_set(cls, level), color="gray", linewidth=0.8)
-    rows = _rows(result.series["trajectories"], function=name, trajectory=label)
-    final = _rows(result.series["final_point"], function=name, trajectory=label)
+    rows = table_rows(result.series["trajectories"], function=name, trajectory=label)
+    final = table_rows(result.series["final_point"], function=name, trajectory=label)
     w1, w2 = rows["w1"] + final["w1"], rows["w2"] + final["w2"]
     axis.plot(w1, w2, "-o", color="tab:blue", markersize=2.5, linewidth=1)
     if label == "gd+teleport":
-        jumps = _rows(result.series["teleports"], function=name, draw=0)
+        jumps = table_rows(result.series["teleports"], function=name, draw=0)
         for i in range(len(jumps["step"])):
             axis.plot(
                 [jumps["w1_before"][i], jumps["w1_after"][i]],
@@ -435,7 +435,7 @@ def _draw_trajectory(axis: Any, result: Result, name: str, label: str) -> None:
         axis.set_xlim(-2, 2)
         axis.set_ylim(-2, 2)
     else:
-        everything = _rows(result.series["trajectories"], function=name)
+        everything = table_rows(result.series["trajectories"], function=name)
         xs, ys = everything["w1"] + [target[0]], everything["w2"] + [target[1]]
         pad = 0.15 * max(max(xs) - min(xs), max(ys) - min(ys))
         axis.set_xlim(min(xs) - pad, max(xs) + pad)
@@ -456,7 +456,7 @@ def plot_testfunctions(result: Result) -> dict[str, Any]:
         for column, key, ylabel in ((2, "loss", "loss"), (3, "dL_dt", "dL/dt = ‖∇L‖²")):
             axis = grid[row][column]
             for label in ("gd", "gd+teleport"):
-                rows = _rows(table, function=name, trajectory=label)
+                rows = table_rows(table, function=name, trajectory=label)
                 axis.plot(rows["step"], rows[key], color=COLOURS[label], label=LABELS[label])
             axis.set_yscale("log")
             axis.set_xlabel("step")
@@ -469,7 +469,7 @@ def plot_testfunctions(result: Result) -> dict[str, Any]:
     rates, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     for axis, name in zip(axes, ("rosenbrock", "booth"), strict=True):
         for label in ("gd", "gd+teleport"):
-            rows = _rows(table, function=name, trajectory=label)
+            rows = table_rows(table, function=name, trajectory=label)
             axis.plot(rows["loss"], rows["dL_dt"], color=COLOURS[label], label=LABELS[label])
             marks = [i for i, t in enumerate(rows["teleported"]) if t]
             if label == "gd+teleport" and marks:

@@ -26,9 +26,9 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.core.params import functional_call
-from paramsym.experiments.ntk_alignment import AlignmentSpeedConfig, _data, _halving_time
+from paramsym.experiments.ntk_alignment import AlignmentSpeedConfig, alignment_data, halving_time
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport_ntk.common import _parameter_distance, ntk_mlp
+from paramsym.experiments.teleport_ntk.common import ntk_mlp, parameter_distance
 from paramsym.experiments.threads import torch_threads
 from paramsym.teleportation import TeleportResult
 
@@ -175,7 +175,7 @@ def teleport_twin(
         "grad_sq_after": g_after,
         "ratio_deviation": abs((a_after / a_before) / (g_after / g_before) - 1.0),
         "output_change": float((out_after - out_before).abs().max() / out_before.abs().max()),
-        "endpoint_distance": _parameter_distance(by_alignment.params, by_gradient.params),
+        "endpoint_distance": parameter_distance(by_alignment.params, by_gradient.params),
         "distortion": group_distortion(before, by_gradient.params),
         "clipped": sum(cut) / len(cut) if cut else math.nan,
     }
@@ -184,7 +184,7 @@ def teleport_twin(
 def run_teleport_alignment(config: TeleportAlignmentConfig, progress: Progress) -> Result:
     """Prop 5.1 and Algo 2 over ``config.runs`` initialisations, each with a teleported twin."""
     speed = _speed_config(config)
-    x, y = _data(speed)
+    x, y = alignment_data(speed)
     classes = int(y.max()) + 1
     batch = (x[: config.alignment_samples], y[: config.alignment_samples])
     twins = []
@@ -194,7 +194,7 @@ def run_teleport_alignment(config: TeleportAlignmentConfig, progress: Progress) 
             model = ntk_mlp(x.shape[1], config.width, classes, seed)
             teleported, measured = teleport_twin(model, batch, config)
             halving = [
-                _halving_time(m, x, y, speed, torch.Generator().manual_seed(seed))
+                halving_time(m, x, y, speed, torch.Generator().manual_seed(seed))
                 for m in (model, teleported)
             ]
             twins.append(

@@ -56,7 +56,7 @@ def _spread(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else math.nan
 
 
-def _parameter_distance(a: dict[str, Tensor], b: dict[str, Tensor]) -> float:
+def parameter_distance(a: dict[str, Tensor], b: dict[str, Tensor]) -> float:
     """‖a − b‖ / ‖b‖ over all entries."""
     difference = sum(float((a[k] - b[k]).pow(2).sum()) for k in b)
     return math.sqrt(difference / sum(float(t.pow(2).sum()) for t in b.values()))
