@@ -328,6 +328,40 @@ SINUSOID_1D_TARGETS: dict[str, Callable[[Tensor], Tensor]] = {"f1": _f1, "f2": _
 SINUSOID_2D_TARGETS: dict[str, Callable[[Tensor], Tensor]] = {"g1": _g1, "g2": _g2, "g3": _g3}
 
 
+def _noisy_sinusoid(
+    name: str,
+    target: str,
+    f: Callable[[Tensor], Tensor],
+    x_clean: Tensor,
+    x_test: Tensor,
+    noise: float,
+    sampling: str,
+    seed: int,
+    generator: torch.Generator,
+    out_dtype: torch.dtype,
+    metadata: dict[str, Any],
+) -> Dataset:
+    """The noisy training set and clean test set shared by :func:`sinusoid_1d` and
+    :func:`sinusoid_2d`: x = x₀ + noise·ε₁, y = f(x₀) + noise·ε₂, drawn in that order."""
+    x_noise = torch.randn(x_clean.shape, generator=generator, dtype=torch.float64)
+    y_noise = torch.randn(x_clean.shape[0], 1, generator=generator, dtype=torch.float64)
+    x_train = x_clean + noise * x_noise
+    y_train = f(x_clean) + noise * y_noise
+    metadata = {
+        "target": target,
+        **metadata,
+        "noise": noise,
+        "noise_on": ["inputs", "outputs"],
+        "sampling": sampling,
+        "seed": int(seed),
+        "source": "seed 004 §E1",
+    }
+    tensors = (x_train, y_train, x_test, f(x_test))
+    return Dataset(
+        f"{name}/{target}", *(t.to(out_dtype) for t in tensors), "regression", None, metadata
+    )
+
+
 def sinusoid_1d(
     target: str = "f2",
     n: int = 100,
@@ -367,31 +401,19 @@ def sinusoid_1d(
         x_clean = torch.linspace(0.0, 1.0, n, dtype=torch.float64)[:, None]
     else:
         x_clean = torch.rand(n, 1, generator=generator, dtype=torch.float64)
-    x_noise = torch.randn(n, 1, generator=generator, dtype=torch.float64)
-    y_noise = torch.randn(n, 1, generator=generator, dtype=torch.float64)
-    x_train = x_clean + noise * x_noise
-    y_train = f(x_clean) + noise * y_noise
     x_test = torch.linspace(0.0, 1.0, n_test, dtype=torch.float64)[:, None]
-    y_test = f(x_test)
-    metadata = {
-        "target": target,
-        "n": n,
-        "noise": noise,
-        "noise_on": ["inputs", "outputs"],
-        "sampling": sampling,
-        "n_test": n_test,
-        "seed": int(seed),
-        "domain": [0.0, 1.0],
-        "source": "seed 004 §E1",
-    }
-    return Dataset(
-        f"sinusoid_1d/{target}",
-        x_train.to(out_dtype),
-        y_train.to(out_dtype),
-        x_test.to(out_dtype),
-        y_test.to(out_dtype),
-        "regression",
-        None,
+    metadata = {"n": n, "n_test": n_test, "domain": [0.0, 1.0]}
+    return _noisy_sinusoid(
+        "sinusoid_1d",
+        target,
+        f,
+        x_clean,
+        x_test,
+        noise,
+        sampling,
+        seed,
+        generator,
+        out_dtype,
         metadata,
     )
 
@@ -442,31 +464,18 @@ def sinusoid_2d(
         x_clean = _grid_2d(grid)
     else:
         x_clean = torch.rand(n, 2, generator=generator, dtype=torch.float64)
-    x_noise = torch.randn(n, 2, generator=generator, dtype=torch.float64)
-    y_noise = torch.randn(n, 1, generator=generator, dtype=torch.float64)
-    x_train = x_clean + noise * x_noise
-    y_train = g(x_clean)[:, None] + noise * y_noise
-    x_test = _grid_2d(n_test_grid)
-    y_test = g(x_test)[:, None]
-    metadata = {
-        "target": target,
-        "grid": grid,
-        "noise": noise,
-        "noise_on": ["inputs", "outputs"],
-        "sampling": sampling,
-        "n_test_grid": n_test_grid,
-        "seed": int(seed),
-        "domain": [[0.0, 1.0], [0.0, 1.0]],
-        "source": "seed 004 §E1",
-    }
-    return Dataset(
-        f"sinusoid_2d/{target}",
-        x_train.to(out_dtype),
-        y_train.to(out_dtype),
-        x_test.to(out_dtype),
-        y_test.to(out_dtype),
-        "regression",
-        None,
+    metadata = {"grid": grid, "n_test_grid": n_test_grid, "domain": [[0.0, 1.0], [0.0, 1.0]]}
+    return _noisy_sinusoid(
+        "sinusoid_2d",
+        target,
+        lambda x: g(x)[:, None],
+        x_clean,
+        _grid_2d(n_test_grid),
+        noise,
+        sampling,
+        seed,
+        generator,
+        out_dtype,
         metadata,
     )
 

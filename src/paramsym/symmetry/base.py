@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -55,6 +55,13 @@ def tree_add(a: GroupElement, b: GroupElement) -> GroupElement:
     if isinstance(b, tuple):
         raise TypeError("tree_add: a tensor element plus a tuple")
     return a + b
+
+
+def tree_to(g: GroupElement, device: torch.device | str | None) -> GroupElement:
+    """``g`` (a tensor or a tuple of elements) moved to ``device`` (``None``: left where it is)."""
+    if isinstance(g, tuple):
+        return tuple(tree_to(part, device) for part in g)
+    return g if device is None else g.to(device)
 
 
 @dataclass(frozen=True)
@@ -195,13 +202,12 @@ class Symmetry(abc.ABC):
         return f"{type(self).__name__}({self.name!r}, group={self.group}, dim={self.dim}{extra})"
 
     # -- group structure -------------------------------------------------------------------
-    @abc.abstractmethod
     def identity(
         self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
     ) -> GroupElement:
-        """The identity element."""
+        """The identity element, in ``dtype`` (default: torch's default dtype) on ``device``."""
+        return tree_to(self._identity(_default_dtype(dtype)), device)
 
-    @abc.abstractmethod
     def sample(
         self,
         scale: float = 0.1,
@@ -209,9 +215,19 @@ class Symmetry(abc.ABC):
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> GroupElement:
-        """A random element. Continuous groups return ``exp(M)`` for a Gaussian algebra element
-        M of size about ``scale`` (see each family); discrete groups ignore ``scale`` and
-        draw uniformly."""
+        """A random element, drawn on the CPU from ``generator`` and moved to ``device``.
+        Continuous groups return ``exp(M)`` for a Gaussian algebra element M of size about
+        ``scale`` (see each family's ``_sample``); discrete groups ignore ``scale`` and draw
+        uniformly."""
+        return tree_to(self._sample(scale, generator, _default_dtype(dtype)), device)
+
+    def _identity(self, dtype: torch.dtype) -> GroupElement:
+        """The identity element on the CPU; what a family implements for :meth:`identity`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no identity element")
+
+    def _sample(self, scale: float, generator: torch.Generator | None, dtype: torch.dtype) -> Any:
+        """A random element on the CPU; what a family implements for :meth:`sample`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no sampling")
 
     @abc.abstractmethod
     def exp(self, xi: Tensor) -> GroupElement:
@@ -465,3 +481,56 @@ def default_site(incoming: Sequence[Slot], outgoing: Sequence[Slot]) -> str:
         return slots[0].name.rsplit(".", 1)[0] if slots else "?"
 
     return f"{module_of(incoming)}->{module_of(outgoing)}" if outgoing else module_of(incoming)
+
+
+class FamilyNeuronSymmetry(NeuronSymmetry):
+    """A neuron symmetry of a fixed family whose group label and Lie-algebra dimension follow
+    from the width: the shared constructor of permutations, sign flips, GL(h) and O(h).
+
+    Args:
+        width: hidden width h.
+        incoming: parameters transformed as ``g · T`` (default axis 0): the incoming weight
+            and bias, e.g. ``["0.weight", "0.bias"]``.
+        outgoing: parameters transformed by the inverse (default axis 1): the outgoing
+            weight, e.g. ``["2.weight"]``.
+        site: label used in the name (default ``"<in module>-><out module>"``).
+        exact, notes: see :class:`~paramsym.symmetry.Symmetry`.
+    """
+
+    family: ClassVar[str]
+
+    def __init__(
+        self,
+        width: int,
+        incoming: Sequence[SlotLike],
+        outgoing: Sequence[SlotLike],
+        *,
+        site: str | None = None,
+        exact: bool = True,
+        notes: Sequence[str] = (),
+    ) -> None:
+        super().__init__(
+            width,
+            incoming,
+            outgoing,
+            family=self.family,
+            group=self._group(width),
+            dim=self._algebra_dimension(width),
+            site=site,
+            exact=exact,
+            notes=notes,
+        )
+        self._check_slots()
+
+    @classmethod
+    def _group(cls, width: int) -> str:
+        """The group's label, e.g. ``"GL(4)"``."""
+        raise NotImplementedError(f"{cls.__name__} names no group")
+
+    @staticmethod
+    def _algebra_dimension(width: int) -> int:
+        """The Lie algebra's dimension (0 for a finite group)."""
+        raise NotImplementedError
+
+    def _check_slots(self) -> None:
+        """Raise if the slots do not suit the family (default: any slots do)."""

@@ -12,7 +12,6 @@ Both are zero-dimensional: no Lie algebra and no flat directions (§2.3.3); ``ta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -20,42 +19,26 @@ from torch import Tensor
 
 from paramsym.errors import InvalidGroupElementError, ShapeError
 from paramsym.symmetry.base import (
+    FamilyNeuronSymmetry,
     GroupElement,
-    NeuronSymmetry,
     Slot,
-    SlotLike,
-    _default_dtype,
     scale_along,
 )
 
 
-class _DiscreteNeuronSymmetry(NeuronSymmetry):
-    """Shared constructor: ``incoming`` slots default to axis 0, ``outgoing`` to axis 1."""
+class _DiscreteNeuronSymmetry(FamilyNeuronSymmetry):
+    """A finite group on one hidden layer: its label is ``group_symbol`` formatted with the
+    width; no Lie algebra."""
 
-    family: ClassVar[str]
     group_symbol: ClassVar[str]
 
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width,
-            incoming,
-            outgoing,
-            family=self.family,
-            group=self.group_symbol.format(width),
-            dim=0,
-            site=site,
-            exact=exact,
-            notes=notes,
-        )
+    @classmethod
+    def _group(cls, width: int) -> str:
+        return cls.group_symbol.format(width)
+
+    @staticmethod
+    def _algebra_dimension(width: int) -> int:
+        return 0
 
     def exp(self, xi: Tensor) -> GroupElement:
         self.check_xi(xi)
@@ -79,20 +62,14 @@ class NeuronPermutation(_DiscreteNeuronSymmetry):
     family = "permutation"
     group_symbol = "S_{}"
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.arange(self.width, device=device)
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.arange(self.width)
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> Tensor:
         """A uniformly random permutation (``scale`` and ``dtype`` are ignored)."""
-        return torch.randperm(self.width, generator=generator).to(device)
+        return torch.randperm(self.width, generator=generator)
 
     def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
         p1, p2 = self.check_element(g1), self.check_element(g2)
@@ -134,21 +111,15 @@ class SignFlip(_DiscreteNeuronSymmetry):
     family = "sign_flip"
     group_symbol = "(Z_2)^{}"
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.ones(self.width, dtype=_default_dtype(dtype), device=device)
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.ones(self.width, dtype=dtype)
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> Tensor:
         """Independent fair signs (``scale`` is ignored)."""
         bits = torch.randint(0, 2, (self.width,), generator=generator)
-        return (2.0 * bits - 1.0).to(dtype=_default_dtype(dtype), device=device)
+        return (2.0 * bits - 1.0).to(dtype)
 
     def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
         return self.check_element(g1) * self.check_element(g2)

@@ -12,8 +12,7 @@ Infinitesimal action: ``M·(W_A, b_A, W_B) = (M W_A, M b_A, −W_B M)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -21,11 +20,9 @@ from torch import Tensor
 from paramsym.core.linalg import matrix_exp
 from paramsym.errors import InvalidArgumentError, InvalidGroupElementError, ShapeError
 from paramsym.symmetry.base import (
+    FamilyNeuronSymmetry,
     GroupElement,
-    NeuronSymmetry,
     Slot,
-    SlotLike,
-    _default_dtype,
     matmul_along,
 )
 
@@ -46,10 +43,8 @@ class MatrixGroup:
 
         def _algebra(self, xi: Tensor) -> Tensor: ...
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.eye(self.width, dtype=_default_dtype(dtype), device=device)
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.eye(self.width, dtype=dtype)
 
     def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
         return self.check_element(g1) @ self.check_element(g2)
@@ -62,17 +57,13 @@ class MatrixGroup:
         generator = self._algebra(self.check_xi(xi))
         return torch.eye(self.width, dtype=generator.dtype, device=generator.device) + generator
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> Tensor:
         """``exp(M)`` with algebra coordinates drawn i.i.d. N(0, scale²/h), so that the
         generator's operator norm is about ``2·scale`` whatever the width."""
-        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
-        return self.exp(xi * (scale / self.width**0.5)).to(device)
+        xi = torch.randn(self.dim, generator=generator, dtype=dtype)
+        return self.exp(xi * (scale / self.width**0.5))
 
 
 class GeneralLinearGroup(MatrixGroup):
@@ -99,57 +90,19 @@ class GeneralLinearGroup(MatrixGroup):
         return xi.reshape(self.width, self.width)
 
 
-class MatrixNeuronSymmetry(MatrixGroup, NeuronSymmetry):
+class MatrixNeuronSymmetry(MatrixGroup, FamilyNeuronSymmetry):
     """Shared machinery of matrix groups acting on a hidden layer (GL(h), O(h)).
 
     Slots with power +1 transform as ``g · T`` along their axis (incoming weights, biases);
     slots with power −1 as ``T · g⁻¹`` (the outgoing weight), i.e. by g⁻ᵀ along the axis.
-
-    Args:
-        width: hidden width h.
-        incoming: parameters transformed as ``g · T`` (default axis 0): the incoming weight
-            and bias, e.g. ``["0.weight", "0.bias"]``.
-        outgoing: parameters transformed as ``T · g⁻¹`` (default axis 1): the outgoing
-            weight, e.g. ``["2.weight"]``.
-        site: label used in the name (default ``"<in module>-><out module>"``).
-        exact, notes: see :class:`~paramsym.symmetry.Symmetry`.
+    Constructor arguments: see :class:`~paramsym.symmetry.base.FamilyNeuronSymmetry`.
     """
 
-    family: ClassVar[str]
-
-    def __init__(
-        self,
-        width: int,
-        incoming: Sequence[SlotLike],
-        outgoing: Sequence[SlotLike],
-        *,
-        site: str | None = None,
-        exact: bool = True,
-        notes: Sequence[str] = (),
-    ) -> None:
-        super().__init__(
-            width,
-            incoming,
-            outgoing,
-            family=self.family,
-            group=self._group(width),
-            dim=self._algebra_dimension(width),
-            site=site,
-            exact=exact,
-            notes=notes,
-        )
+    def _check_slots(self) -> None:
         if any(s.power not in (1.0, -1.0) for s in self.slots):
             raise InvalidArgumentError(
                 f"{self.name}: slot powers of a matrix group must be +1 or -1"
             )
-
-    @staticmethod
-    def _group(width: int) -> str:
-        raise NotImplementedError
-
-    @staticmethod
-    def _algebra_dimension(width: int) -> int:
-        raise NotImplementedError
 
     def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
         """Check ``g`` and return it with g⁻ᵀ (computed once)."""

@@ -83,19 +83,13 @@ class ProductSymmetry(Symmetry):
     def _split(self, xi: Tensor) -> list[Tensor]:
         return list(torch.split(self.check_xi(xi), [f.dim for f in self.factors]))
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> tuple[GroupElement, ...]:
-        return tuple(f.identity(dtype, device) for f in self.factors)
+    def _identity(self, dtype: torch.dtype) -> tuple[GroupElement, ...]:
+        return tuple(f.identity(dtype) for f in self.factors)
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> tuple[GroupElement, ...]:
-        return tuple(f.sample(scale, generator, dtype, device) for f in self.factors)
+        return tuple(f.sample(scale, generator, dtype) for f in self.factors)
 
     def exp(self, xi: Tensor) -> tuple[GroupElement, ...]:
         return tuple(f.exp(part) for f, part in zip(self.factors, self._split(xi), strict=True))

@@ -31,7 +31,6 @@ from paramsym.symmetry.base import (
     Region,
     Slot,
     SlotLike,
-    _default_dtype,
     scale_along,
 )
 
@@ -50,21 +49,14 @@ class PositiveVectorGroup:
 
         def check_xi(self, xi: Tensor) -> Tensor: ...
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.ones(self.dim, dtype=_default_dtype(dtype), device=device)
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.ones(self.dim, dtype=dtype)
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> Tensor:
         """``exp(ξ)`` with ξ i.i.d. N(0, scale²): log-normal scales around 1."""
-        xi = torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))
-        return torch.exp(scale * xi).to(device)
+        return torch.exp(scale * torch.randn(self.dim, generator=generator, dtype=dtype))
 
     def exp(self, xi: Tensor) -> Tensor:
         return torch.exp(self.check_xi(xi))

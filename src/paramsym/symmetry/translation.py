@@ -23,7 +23,7 @@ from torch import Tensor
 
 from paramsym.core.params import Params, check_finite
 from paramsym.errors import InvalidGroupElementError, MissingParameterError, ShapeError
-from paramsym.symmetry.base import GroupElement, Preserves, Region, Symmetry, _default_dtype
+from paramsym.symmetry.base import GroupElement, Preserves, Region, Symmetry
 
 
 class SoftmaxTranslation(Symmetry):
@@ -79,22 +79,14 @@ class SoftmaxTranslation(Symmetry):
             regions.add((self.bias, 0, 0, None))
         return frozenset(regions)
 
-    def identity(
-        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-    ) -> Tensor:
-        return torch.zeros(self.dim, dtype=_default_dtype(dtype), device=device)
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.zeros(self.dim, dtype=dtype)
 
-    def sample(
-        self,
-        scale: float = 0.1,
-        generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
     ) -> Tensor:
         """A translation with i.i.d. N(0, scale²) entries."""
-        return (scale * torch.randn(self.dim, generator=generator, dtype=_default_dtype(dtype))).to(
-            device
-        )
+        return scale * torch.randn(self.dim, generator=generator, dtype=dtype)
 
     def exp(self, xi: Tensor) -> Tensor:
         return self.check_xi(xi)
