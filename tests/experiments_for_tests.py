@@ -30,7 +30,8 @@ def plot(result: Result) -> dict[str, Any]:
     "test-counter",
     seed_ref="test",
     description="counts its runs",
-    presets={"quick": CounterConfig(), "paper": CounterConfig(offset=1.0)},
+    quick=CounterConfig(),
+    paper=CounterConfig(offset=1.0),
     claims=[
         Claim(
             "value is seed + offset", "test", "seed + offset", lambda r: (r.metrics["value"], True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -106,20 +107,28 @@ def _prepare_out(out: Path | None, runs_dir: Path, name: str, resume: bool) -> P
     return new_run_directory(runs_dir, name)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The options ``run`` and ``reproduce`` share (see :data:`_shared_options`)."""
+
+    preset: str
+    seeds: int
+    backend: Backend
+    address: str | None
+    workers: int | None
+    data_dir: Path | None
+    runs_dir: Path
+
+
 def _run_one(
     name: str,
-    preset: str,
-    assignments: Sequence[str],
-    grid_items: Sequence[str],
-    seeds: int,
-    out: Path | None,
-    runs_dir: Path,
-    backend: Backend,
-    workers: int | None,
-    address: str | None,
-    data_dir: Path | None,
-    resume: bool,
+    options: RunOptions,
+    assignments: Sequence[str] = (),
+    grid_items: Sequence[str] = (),
+    out: Path | None = None,
+    resume: bool = False,
 ) -> RunOutcome:
+    preset, seeds, data_dir = options.preset, options.seeds, options.data_dir
     experiment = find_experiment(name)
     overrides = registry.parse_assignments(assignments)
     if data_dir is not None and "data_dir" in {
@@ -131,7 +140,7 @@ def _run_one(
         k: [v for v in values.split(",") if v]
         for k, values in registry.parse_assignments(grid_items).items()
     }
-    directory = _prepare_out(out, runs_dir, name, resume)
+    directory = _prepare_out(out, options.runs_dir, name, resume)
     with progress_for(name, preset, seeds * _grid_size(grid), console) as (progress, finished):
         return run_experiment(
             experiment,
@@ -140,9 +149,9 @@ def _run_one(
             preset=preset,
             seeds=seeds,
             grid=grid,
-            backend=backend,
-            workers=workers,
-            address=address,
+            backend=options.backend,
+            workers=options.workers,
+            address=options.address,
             progress=progress,
             on_finished=finished,
         )
@@ -190,9 +199,17 @@ _shared_options = [
 
 
 def _with_shared_options(command: Any) -> Any:
+    """Add the shared options to ``command``, which receives them as one ``options`` argument."""
+
+    @functools.wraps(command)
+    def with_options(**kwargs: Any) -> Any:
+        fields = [f.name for f in dataclasses.fields(RunOptions)]
+        options = RunOptions(**{name: kwargs.pop(name) for name in fields})
+        return command(options=options, **kwargs)
+
     for option in reversed(_shared_options):
-        command = option(command)
-    return command
+        with_options = option(with_options)
+    return with_options
 
 
 @main.command("run")
@@ -224,32 +241,13 @@ def run_command(
     out: Path | None,
     resume: bool,
     as_json: bool,
-    preset: str,
-    seeds: int,
-    backend: Backend,
-    address: str | None,
-    workers: int | None,
-    data_dir: Path | None,
-    runs_dir: Path,
+    options: RunOptions,
 ) -> None:
     """Run experiment NAME and write runs/NAME/TIMESTAMP/ (or --out)."""
     with _one_line_errors():
-        outcome = _run_one(
-            name,
-            preset,
-            assignments,
-            grid_items,
-            seeds,
-            out,
-            runs_dir,
-            backend,
-            workers,
-            address,
-            data_dir,
-            resume,
-        )
+        outcome = _run_one(name, options, assignments, grid_items, out, resume)
     if as_json:
-        click.echo(cli_display.dumps(cli_display.run_record(outcome, preset)))
+        click.echo(cli_display.dumps(cli_display.run_record(outcome, options.preset)))
     else:
         Console().print(_claims_table(outcome))
     console.print(
@@ -263,42 +261,20 @@ def run_command(
     "--only", "pattern", default=None, help="shell pattern of experiment names, e.g. 'q-*'"
 )
 @_with_shared_options
-def reproduce_command(
-    pattern: str | None,
-    preset: str,
-    seeds: int,
-    backend: Backend,
-    address: str | None,
-    workers: int | None,
-    data_dir: Path | None,
-    runs_dir: Path,
-) -> None:
+def reproduce_command(pattern: str | None, options: RunOptions) -> None:
     """Run every experiment (matching --only), then write runs/index.html."""
     with _one_line_errors():
         experiments = registry.all_experiments(pattern)
         if not experiments:
             raise click.ClickException(f"no experiment matches --only {pattern!r}")
         skipped: dict[str, str] = {}
-        summary = Table(title=f"paramsym reproduce ({preset})")
+        summary = Table(title=f"paramsym reproduce ({options.preset})")
         for column in ("experiment", "claims holding", "seconds", "directory"):
             summary.add_column(column, overflow="fold")
         for experiment in experiments:
             start = time.perf_counter()
             try:
-                outcome = _run_one(
-                    experiment.name,
-                    preset,
-                    (),
-                    (),
-                    seeds,
-                    None,
-                    runs_dir,
-                    backend,
-                    workers,
-                    address,
-                    data_dir,
-                    resume=True,
-                )
+                outcome = _run_one(experiment.name, options, resume=True)
             except MissingDataError as error:
                 skipped[experiment.name] = str(error).splitlines()[0]
                 summary.add_row(experiment.name, "[yellow]skipped: data missing[/]", "-", "-")
@@ -309,7 +285,7 @@ def reproduce_command(
                 f"{time.perf_counter() - start:.1f}",
                 str(outcome.directory),
             )
-        index = write_index(runs_dir, skipped)
+        index = write_index(options.runs_dir, skipped)
     Console().print(summary)
     console.print(f"wrote {index} (open it in a browser)")
 

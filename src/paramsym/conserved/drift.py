@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,7 @@ from paramsym.conserved.base import Batch, ConservedQuantity, LossFn, loss_gradi
 from paramsym.conserved.elementwise import ElementwiseQ
 from paramsym.conserved.moment import as_quantity
 from paramsym.core.params import Params, axpy, check_finite, params_of, resolve_params
+from paramsym.core.tables import empty_table
 from paramsym.curvature import loss_function
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Symmetry
@@ -196,17 +197,7 @@ class ConservedTracker:
         self.loss_fn, self.batch, self.lr = loss_fn, batch, lr
         if isinstance(self.quantity, ElementwiseQ) and batch is not None:
             self.quantity.check_inputs(batch[0])
-        self.history: dict[str, list[Any]] = {
-            key: []
-            for key in (
-                "step",
-                "value",
-                "trace",
-                "change",
-                "relative_change",
-                "relative_trace_change",
-            )
-        }
+        self.history = empty_table("step value trace change relative_change relative_trace_change")
         if loss_fn is not None:
             self.history["loss"] = []
         if lr is not None:

@@ -498,10 +498,8 @@ experiment(
         "elements (float64, eval mode), orbit dimensions against Prop A.2.9, detection time"
     ),
     data="none (the zoo's random models and example inputs)",
-    presets={
-        "quick": ArchitectureCatalogueConfig(),
-        "paper": ArchitectureCatalogueConfig(elements=5, detection_repeats=5, threads=0),
-    },
+    quick=ArchitectureCatalogueConfig(),
+    paper=ArchitectureCatalogueConfig(elements=5, detection_repeats=5, threads=0),
     claims=[
         Claim(
             "every exact symmetry found on a real architecture leaves its output unchanged",

@@ -532,21 +532,19 @@ experiment(
         "0.9, batch 64; quick: digits 8×8, widths (16, 32), 10 epochs, 3 pairs"
     ),
     data="digits (quick); MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": CnnMatchingConfig(),
-        "paper": CnnMatchingConfig(
-            dataset="mnist",
-            layers=(2, 2, 2),
-            widths=(16, 32, 64),
-            pairs=3,
-            epochs=10,
-            batch_size=128,
-            alphas=21,
-            bn_samples=10_000,
-            rebasin_samples=256,
-            threads=0,
-        ),
-    },
+    quick=CnnMatchingConfig(),
+    paper=CnnMatchingConfig(
+        dataset="mnist",
+        layers=(2, 2, 2),
+        widths=(16, 32, 64),
+        pairs=3,
+        epochs=10,
+        batch_size=128,
+        alphas=21,
+        bn_samples=10_000,
+        rebasin_samples=256,
+        threads=0,
+    ),
     claims=[
         Claim(
             "permuting one network by weight matching lowers the loss barrier between two "

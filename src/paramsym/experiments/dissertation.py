@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 import paramsym as ps
+from paramsym.core.tables import append_row, empty_table
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.symmetry.base import NeuronSymmetry, Symmetry
 from paramsym.symmetry.change_of_variables import ChangeOfVariablesRotation, QuadraticOrthogonal
@@ -180,20 +181,9 @@ def _invariance_error(
 
 def run_catalogue(config: CatalogueConfig, progress: Progress) -> Result:
     generator = torch.Generator().manual_seed(config.seed)
-    rows: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "model",
-            "symmetry",
-            "group",
-            "dim",
-            "exact",
-            "preserves",
-            "invariance_error",
-            "orbit_measured",
-            "orbit_predicted",
-        )
-    }
+    rows = empty_table(
+        "model symmetry group dim exact preserves invariance_error orbit_measured orbit_predicted"
+    )
     for label, model, x, loss_fn in progress.track(
         _zoo(config, generator), description="catalogue models"
     ):
@@ -208,22 +198,18 @@ def run_catalogue(config: CatalogueConfig, progress: Progress) -> Result:
                 else 0
             )
             predicted = predicted_orbit_dimension(s, params) if s.dim else 0
-            for key, value in zip(
+            append_row(
                 rows,
-                (
-                    label,
-                    s.name,
-                    s.group,
-                    s.dim,
-                    s.exact,
-                    s.preserves,
-                    error,
-                    measured,
-                    -1 if predicted is None else predicted,
-                ),
-                strict=True,
-            ):
-                rows[key].append(value)
+                label,
+                s.name,
+                s.group,
+                s.dim,
+                s.exact,
+                s.preserves,
+                error,
+                measured,
+                -1 if predicted is None else predicted,
+            )
     data_rows = _data_dependent_rows(config, generator)
     exact = [e for e, ok in zip(rows["invariance_error"], rows["exact"], strict=True) if ok]
     approximate = [
@@ -351,7 +337,8 @@ experiment(
     description=(
         "every catalogued symmetry on random models: invariance error, orbit dimension vs predicted"
     ),
-    presets={"quick": CatalogueConfig(), "paper": CatalogueConfig(width=12, batch=64)},
+    quick=CatalogueConfig(),
+    paper=CatalogueConfig(width=12, batch=64),
     claims=[
         Claim(
             "every exact symmetry of the catalogue leaves the function (or loss) unchanged",
@@ -537,12 +524,10 @@ experiment(
     description=(
         "Hessian spectrum at minima of a 10×50 / 5×50 linear net: 700 of 750 eigenvalues vanish"
     ),
-    presets={
-        "quick": FlatMinimumConfig(),
-        "paper": FlatMinimumConfig(
-            init_scales=((0.25, 2.0), (0.5, 1.5), (1.0, 1.0), (1.5, 0.5), (2.0, 0.25))
-        ),
-    },
+    quick=FlatMinimumConfig(),
+    paper=FlatMinimumConfig(
+        init_scales=((0.25, 2.0), (0.5, 1.5), (1.0, 1.0), (1.5, 0.5), (2.0, 0.25))
+    ),
     claims=[
         Claim(
             "at a minimum of the linear net, most Hessian eigenvalues are zero",

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym import data as datasets
+from paramsym.core.tables import append_row
 from paramsym.ensembles import (
     KINDS,
     EnsembleKind,
@@ -163,10 +164,7 @@ def run_group_ensemble(config: GroupEnsembleConfig, progress: Progress) -> Resul
     for kind, eps in progress.track(cases, description="ensembles (Fig 2.8)"):
         ensemble = _ensemble(model, reference, kind, eps, config, generator)
         acc = accuracy(ensemble.predict, x_test, y_test)
-        for key, value in zip(
-            heat, (kind, eps, acc, acc - base, float(np.mean(ensemble.layer_changes))), strict=True
-        ):
-            heat[key].append(value)
+        append_row(heat, kind, eps, acc, acc - base, float(np.mean(ensemble.layer_changes)))
     attacks = _attack_curves(model, reference, x_test, y_test, config, generator, progress)
     metrics = {
         "train_loss_final": history[-1],
@@ -244,8 +242,7 @@ def _attack_curves(
                 **settings,
             )
             for strength, acc in zip(curve.epsilons, curve.accuracy, strict=True):
-                for key, value in zip(table, (attack, name, strength, acc), strict=True):
-                    table[key].append(value)
+                append_row(table, attack, name, strength, acc)
     return table
 
 
@@ -358,19 +355,17 @@ experiment(
         "evaluated batch (the 'modified activation'), attack radii and 10 PGD steps"
     ),
     data="digits (quick); CIFAR-10 python batches in --data-dir (paper)",
-    presets={
-        "quick": GroupEnsembleConfig(),
-        "paper": GroupEnsembleConfig(
-            dataset="cifar10",
-            channels=32,
-            epochs=20,
-            batch_size=128,
-            reference_samples=5000,
-            attack_samples=2000,
-            fgsm_strengths=(0.0, 1 / 255, 2 / 255, 4 / 255, 8 / 255),
-            pgd_strengths=(0.0, 1 / 255, 2 / 255, 4 / 255, 8 / 255),
-        ),
-    },
+    quick=GroupEnsembleConfig(),
+    paper=GroupEnsembleConfig(
+        dataset="cifar10",
+        channels=32,
+        epochs=20,
+        batch_size=128,
+        reference_samples=5000,
+        attack_samples=2000,
+        fgsm_strengths=(0.0, 1 / 255, 2 / 255, 4 / 255, 8 / 255),
+        pgd_strengths=(0.0, 1 / 255, 2 / 255, 4 / 255, 8 / 255),
+    ),
     claims=[
         Claim(
             "the group ensemble keeps the model's accuracy for small ε",

@@ -185,12 +185,10 @@ experiment(
         "standardised features, halving time resolved every step"
     ),
     data="digits (quick); Fashion-MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": AlignmentSpeedConfig(),
-        "paper": AlignmentSpeedConfig(
-            dataset="fashion_mnist", runs=1000, width=1024, epochs=100, check_every=10
-        ),
-    },
+    quick=AlignmentSpeedConfig(),
+    paper=AlignmentSpeedConfig(
+        dataset="fashion_mnist", runs=1000, width=1024, epochs=100, check_every=10
+    ),
     claims=[
         Claim(
             "larger alignment at initialisation gives faster early training",

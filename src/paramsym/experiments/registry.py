@@ -218,7 +218,8 @@ def experiment(
     *,
     seed_ref: str,
     description: str,
-    presets: Mapping[str, Config],
+    quick: Config,
+    paper: Config,
     claims: Sequence[Claim] = (),
     data: str = "synthetic (generated)",
     plot: Callable[[Result], dict[str, Any]] | None = None,
@@ -226,15 +227,17 @@ def experiment(
 ) -> Callable[[RunFunction], RunFunction]:
     """Register ``run(config, progress) -> Result`` as experiment ``name``.
 
-    ``presets`` must contain ``"quick"`` and ``"paper"``, instances of one frozen dataclass
-    with an int ``seed`` field.
+    ``quick`` and ``paper`` are the two presets: instances of one frozen dataclass with an int
+    ``seed`` field.
     """
-    missing = {"quick", "paper"} - set(presets)
-    if missing:
-        raise ExperimentError(f"experiment '{name}': presets {sorted(missing)} are missing")
-    config_type = type(presets["quick"])
+    config_type = type(quick)
     if not (dataclasses.is_dataclass(config_type) and config_type.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise ExperimentError(f"experiment '{name}': presets must be frozen dataclass instances")
+    if type(paper) is not config_type:
+        raise ExperimentError(
+            f"experiment '{name}': the paper preset is a {type(paper).__name__}, the quick "
+            f"preset a {config_type.__name__}; both must be instances of one config class"
+        )
     if "seed" not in {f.name for f in dataclasses.fields(config_type)}:
         raise ExperimentError(f"experiment '{name}': the config needs an int `seed` field")
 
@@ -249,7 +252,7 @@ def experiment(
             description=description,
             data=data,
             run=run,
-            presets=dict(presets),
+            presets={"quick": quick, "paper": paper},
             claims=tuple(claims),
             plot=plot,
             aggregate=aggregate or mean_over_seeds,

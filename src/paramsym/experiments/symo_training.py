@@ -293,10 +293,8 @@ experiment(
         "points the fixed cost of SymO's 140 x 140 eigendecomposition dominates the step-time "
         "comparison)"
     ),
-    presets={
-        "quick": TrainingConfig(),
-        "paper": TrainingConfig(),
-    },
+    quick=TrainingConfig(),
+    paper=TrainingConfig(),
     claims=[
         Claim(
             "linear network: SymO converges fastest, then K-FAC, Shampoo, Adam, GD",
@@ -599,16 +597,14 @@ experiment(
         "(lr 0.8). Chosen here (the paper is silent): Tanh without bias, t = 0, teacher "
         "100-70-100, truth from other students, ± over single students"
     ),
-    presets={
-        "quick": FactorConfig(),
-        "paper": FactorConfig(
-            hidden_widths=(10, 100, 1000, 10000),
-            points=5000,
-            ensemble=10000,
-            ema_points=5000,
-            iterations=1000,
-        ),
-    },
+    quick=FactorConfig(),
+    paper=FactorConfig(
+        hidden_widths=(10, 100, 1000, 10000),
+        points=5000,
+        ensemble=10000,
+        ema_points=5000,
+        iterations=1000,
+    ),
     claims=[
         Claim(
             "single-model estimates correlate better with the ensemble truth as the hidden "

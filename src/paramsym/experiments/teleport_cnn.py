@@ -380,12 +380,10 @@ experiment(
         "100, 5 runs on digits (quick)"
     ),
     data="digits (quick); mnist1d (Conv1d); MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": TeleportCnnConfig(),
-        "paper": TeleportCnnConfig(
-            dataset="mnist", channels=(16, 32), epochs=20, lr=2e-3, runs=3, threads=0
-        ),
-    },
+    quick=TeleportCnnConfig(),
+    paper=TeleportCnnConfig(
+        dataset="mnist", channels=(16, 32), epochs=20, lr=2e-3, runs=3, threads=0
+    ),
     claims=[
         Claim(
             "teleportation increases the gradient norm",

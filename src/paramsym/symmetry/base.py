@@ -498,6 +498,8 @@ class FamilyNeuronSymmetry(NeuronSymmetry):
     """
 
     family: ClassVar[str]
+    group_symbol: ClassVar[str]
+    """The group's label with ``{}`` for the width, e.g. ``"GL({})"``."""
 
     def __init__(
         self,
@@ -524,8 +526,7 @@ class FamilyNeuronSymmetry(NeuronSymmetry):
 
     @classmethod
     def _group(cls, width: int) -> str:
-        """The group's label, e.g. ``"GL(4)"``."""
-        raise NotImplementedError(f"{cls.__name__} names no group")
+        return cls.group_symbol.format(width)
 
     @staticmethod
     def _algebra_dimension(width: int) -> int:

@@ -12,7 +12,7 @@ Both are zero-dimensional: no Lie algebra and no flat directions (§2.3.3); ``ta
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,14 +27,7 @@ from paramsym.symmetry.base import (
 
 
 class _DiscreteNeuronSymmetry(FamilyNeuronSymmetry):
-    """A finite group on one hidden layer: its label is ``group_symbol`` formatted with the
-    width; no Lie algebra."""
-
-    group_symbol: ClassVar[str]
-
-    @classmethod
-    def _group(cls, width: int) -> str:
-        return cls.group_symbol.format(width)
+    """A finite group on one hidden layer: no Lie algebra."""
 
     @staticmethod
     def _algebra_dimension(width: int) -> int:

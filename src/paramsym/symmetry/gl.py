@@ -141,9 +141,7 @@ class HiddenGL(GeneralLinearGroup, MatrixNeuronSymmetry):
 
     family = "GL"
 
-    @staticmethod
-    def _group(width: int) -> str:
-        return f"GL({width})"
+    group_symbol = "GL({})"
 
     @staticmethod
     def _algebra_dimension(width: int) -> int:

@@ -60,9 +60,7 @@ class HiddenOrthogonal(OrthogonalGroup, MatrixNeuronSymmetry):
 
     family = "orthogonal"
 
-    @staticmethod
-    def _group(width: int) -> str:
-        return f"O({width})"
+    group_symbol = "O({})"
 
     @staticmethod
     def _algebra_dimension(width: int) -> int:

@@ -101,9 +101,7 @@ class DistributionSymmetry(GeneralLinearGroup, MatrixNeuronSymmetry):
         )
         self.preserves = "distribution"
 
-    @staticmethod
-    def _group(width: int) -> str:
-        return f"Stab_GL({width})(x̄)"
+    group_symbol = "Stab_GL({})(x̄)"
 
     @staticmethod
     def _algebra_dimension(width: int) -> int:

@@ -262,12 +262,10 @@ experiment(
         "epochs at batch 128 (paper, Git Re-Basin's MLP)"
     ),
     data="digits (quick); mnist1d; MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": AlignmentConfig(),
-        "paper": AlignmentConfig(
-            dataset="mnist", hidden=(512, 512, 512), pairs=3, epochs=10, batch_size=128, alphas=25
-        ),
-    },
+    quick=AlignmentConfig(),
+    paper=AlignmentConfig(
+        dataset="mnist", hidden=(512, 512, 512), pairs=3, epochs=10, batch_size=128, alphas=25
+    ),
     claims=[
         Claim(
             "permuting one network by weight matching removes most of the loss barrier between "

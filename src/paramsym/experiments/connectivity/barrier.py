@@ -227,15 +227,13 @@ experiment(
         "Y := f(X); sum-of-squares loss; min over all permutations of the rescaled layer "
         "(Prop 3.3.4) by brute force"
     ),
-    presets={
-        "quick": BarrierConfig(),
-        "paper": BarrierConfig(
-            scales=(2.0, 10.0, 100.0, 1000.0, 10000.0),
-            alphas=101,
-            widths=(16, 32, 7, 4),
-            samples=64,
-        ),
-    },
+    quick=BarrierConfig(),
+    paper=BarrierConfig(
+        scales=(2.0, 10.0, 100.0, 1000.0, 10000.0),
+        alphas=101,
+        widths=(16, 32, 7, 4),
+        samples=64,
+    ),
     claims=[
         Claim(
             "the loss along the chord equals the closed form (B.5)",

@@ -232,12 +232,10 @@ experiment(
         "linear nets, random minima from the chart f(g) of Eq. B.1 labelled by sign det, "
         "joined by zero-loss paths, and aligned across components by odd permutations"
     ),
-    presets={
-        "quick": ComponentsConfig(),
-        "paper": ComponentsConfig(
-            resolution=601, depths=(2, 3, 4, 5), widths=(2, 3, 5, 8), samples_per_component=16
-        ),
-    },
+    quick=ComponentsConfig(),
+    paper=ComponentsConfig(
+        resolution=601, depths=(2, 3, 4, 5), widths=(2, 3, 5, 8), samples_per_component=16
+    ),
     claims=[
         Claim(
             "the minimum of the 1-D 3-layer net has 4 components, 3 with the residual connection",

@@ -27,6 +27,7 @@ from paramsym.connectivity import (
     symmetry_path,
 )
 from paramsym.core.params import flatten
+from paramsym.core.tables import empty_table
 from paramsym.experiments.connectivity.common import F64, generator, gradient_descent
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.symmetry.nonlinear import DataDependentGL
@@ -226,18 +227,9 @@ def run_curves(config: CurvesConfig, progress: Progress) -> Result:
     )
     series: dict[str, dict[str, list[Any]]] = {"output_change": scatter}
     metrics: dict[str, Any] = {}
-    bounds_table: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "panel",
-            "kappa_max",
-            "length",
-            "chord_length",
-            "d_max",
-            "curve_distance",
-            "orbit_distance",
-        )
-    }
+    bounds_table = empty_table(
+        "panel kappa_max length chord_length d_max curve_distance orbit_distance"
+    )
     for panel, scale in progress.track(
         list(zip("bc", config.scales, strict=True)), description="curves"
     ):
@@ -352,12 +344,8 @@ experiment(
         "net on 8 samples, 5 curves each; Thm 3.4.2's d_max against the distance of chord "
         "points to the orbit of w (L-BFGS over the algebra)"
     ),
-    presets={
-        "quick": CurvesConfig(),
-        "paper": CurvesConfig(
-            train_steps=1000, curve_train_steps=5000, points=51, geometry_points=33
-        ),
-    },
+    quick=CurvesConfig(),
+    paper=CurvesConfig(train_steps=1000, curve_train_steps=5000, points=51, geometry_points=33),
     claims=[
         Claim(
             "the pseudo-inverse map changes the layer output by at most its norm",

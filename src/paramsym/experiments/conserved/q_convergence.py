@@ -23,6 +23,7 @@ from paramsym.conserved import (
     spectral_init,
     spectral_rate_bound,
 )
+from paramsym.core.tables import append_row
 from paramsym.experiments.conserved.gradient_descent import (
     SOURCE,
     _rho_text,
@@ -189,12 +190,7 @@ def _radial_convergence(
                 worst_ratio = max(worst_ratio, float(ratio[active].max()))
             if math.isnan(first) and distance <= config.radial_threshold * float(sigma_y.max()):
                 first = t
-            for key, value in zip(
-                table,
-                (lam, step, t, float(losses[b, step]), distance, float(bound.max())),
-                strict=True,
-            ):
-                table[key].append(value)
+            append_row(table, lam, step, t, float(losses[b, step]), distance, float(bound.max()))
         times.append(first)
     metrics = {
         "radial_lambdas": list(config.lambdas),
@@ -295,15 +291,13 @@ experiment(
         "variances at fixed product; steps and Q values chosen here) and the radial net with "
         "spectral init (Fig 2.5; quick lr 1e-3, paper lr 1e-5, same gradient-flow time 12)"
     ),
-    presets={
-        "quick": QConvergenceConfig(),
-        "paper": QConvergenceConfig(
-            q_targets=(-80.0, -60.0, -40.0, -20.0, 0.0, 20.0, 40.0, 60.0, 80.0),
-            steps=20000,
-            radial_learning_rate=1e-5,
-            radial_steps=1_200_000,
-        ),
-    },
+    quick=QConvergenceConfig(),
+    paper=QConvergenceConfig(
+        q_targets=(-80.0, -60.0, -40.0, -20.0, 0.0, 20.0, 40.0, 60.0, 80.0),
+        steps=20000,
+        radial_learning_rate=1e-5,
+        radial_steps=1_200_000,
+    ),
     claims=[
         Claim(
             "the conserved Q changes how many steps GD needs to converge, in linear and "

@@ -152,10 +152,8 @@ experiment(
         "(several (m,h,n); the paper's tuples are not given, chosen here) and for elementwise "
         "nonlinear nets with X = I (Eq. 2.17), against the closed-form mean and variance"
     ),
-    presets={
-        "quick": QDistributionConfig(samples=500),
-        "paper": QDistributionConfig(samples=1000),
-    },
+    quick=QDistributionConfig(samples=500),
+    paper=QDistributionConfig(samples=1000),
     claims=[
         Claim(
             "the histograms of Q at Xavier init are centred at Eq. 2.16's E[Q]",

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 import paramsym as ps
+from paramsym.core.tables import append_row
 from paramsym.experiments.conserved.gradient_descent import (
     SOURCE,
     batched_gradient_descent,
@@ -104,12 +105,9 @@ def run_q_drift(config: QDriftConfig, progress: Progress) -> Result:
             final[activation].append(float(change[-1, b].abs()) if ok else math.nan)
             after[activation].append(_late_share(result.checkpoints, change[:, b], converged[b]))
             for i, step in enumerate(result.checkpoints):
-                for key, value in zip(
-                    table,
-                    (activation, lr, step, float(change[i, b]), float(result.losses[b, step])),
-                    strict=True,
-                ):
-                    table[key].append(value)
+                append_row(
+                    table, activation, lr, step, float(change[i, b]), float(result.losses[b, step])
+                )
     metrics = {
         "final_abs_relative_change": final,
         "max_abs_relative_change": float(np.nanmax([np.abs(table["relative_change"])])),
@@ -195,10 +193,8 @@ experiment(
         "½ (loss=mean divides it by nm), Xavier init, the same init and number of steps for "
         "every lr; steps chosen here)"
     ),
-    presets={
-        "quick": QDriftConfig(),
-        "paper": QDriftConfig(steps=20000, every=20),
-    },
+    quick=QDriftConfig(),
+    paper=QDriftConfig(steps=20000, every=20),
     claims=[
         Claim(
             "GD changes Q only a little compared with the terms it is a difference of",

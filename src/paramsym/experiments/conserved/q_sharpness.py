@@ -24,6 +24,7 @@ from paramsym.conserved import (
     scalar_linear_minimum,
     scalar_linear_sharpness,
 )
+from paramsym.core.tables import append_row, empty_table
 from paramsym.experiments.conserved.gradient_descent import (
     SOURCE,
     _rho_text,
@@ -109,21 +110,10 @@ def _scalar_example(config: QSharpnessConfig) -> tuple[dict[str, Any], dict[str,
     model = ps.mlp([1, 1, 1], "identity", bias=False, dtype=torch.float64)
     batch = (torch.ones(1, 1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64))
     loss = lambda f, t: 0.5 * ((f - t) ** 2).sum()  # noqa: E731
-    table: dict[str, list[Any]] = {
-        key: []
-        for key in (
-            "q",
-            "q_final",
-            "u",
-            "v",
-            "u_predicted",
-            "v_predicted",
-            "eigenvalue",
-            "sqrt_q2_plus_4",
-            "paper_2_sqrt_q2_plus_4",
-            "zero_eigenvalues",
-        )
-    }
+    table = empty_table(
+        "q q_final u v u_predicted v_predicted eigenvalue sqrt_q2_plus_4 paper_2_sqrt_q2_plus_4 "
+        "zero_eigenvalues"
+    )
     for q, uu, vv in zip(config.scalar_qs, u.tolist(), v.tolist(), strict=True):
         params = {"0.weight": torch.tensor([[vv]]), "2.weight": torch.tensor([[uu]])}
         params = {k: t.double() for k, t in params.items()}
@@ -142,8 +132,7 @@ def _scalar_example(config: QSharpnessConfig) -> tuple[dict[str, Any], dict[str,
             2 * scalar_linear_sharpness(reached),
             flat.near_zero,
         )
-        for key, value in zip(table, values, strict=True):
-            table[key].append(value)
+        append_row(table, *values)
     measured = np.array(table["eigenvalue"])
     corrected, printed = (
         np.array(table["sqrt_q2_plus_4"]),
@@ -176,18 +165,7 @@ def _spectra(
     target = torch.randn(n, m, generator=generator, dtype=torch.float64)
     x = torch.eye(n, dtype=torch.float64)
     spectrum: dict[str, list[Any]] = {"panel": [], "q": [], "eigenvalue": []}
-    runs: dict[str, list[Any]] = {
-        key: []
-        for key in (
-            "panel",
-            "q",
-            "loss",
-            "near_zero",
-            "orbit_dimension",
-            "nonzero_median",
-            "nonzero_mean",
-        )
-    }
+    runs = empty_table("panel q loss near_zero orbit_dimension nonzero_median nonzero_mean")
     rho: dict[str, float] = {}
     for activation, scheme in progress.track(config.panels, description="Fig 2.7 panels"):
         label = f"{activation}/{scheme}"
@@ -213,20 +191,16 @@ def _spectra(
             spectrum["panel"] += [label] * len(nonzero)
             spectrum["q"] += [q] * len(nonzero)
             spectrum["eigenvalue"] += nonzero
-            for key, value in zip(
+            append_row(
                 runs,
-                (
-                    label,
-                    q,
-                    flat.loss,
-                    flat.near_zero,
-                    flat.orbit_dimension,
-                    flat.nonzero_median,
-                    flat.nonzero_mean,
-                ),
-                strict=True,
-            ):
-                runs[key].append(value)
+                label,
+                q,
+                flat.loss,
+                flat.near_zero,
+                flat.orbit_dimension,
+                flat.nonzero_median,
+                flat.nonzero_mean,
+            )
         own = [i for i, p in enumerate(runs["panel"]) if p == label]
         rho[label] = spearman([runs["q"][i] for i in own], [runs["nonzero_median"][i] for i in own])
     linear = [i for i, p in enumerate(runs["panel"]) if p.startswith("identity/")]
@@ -327,14 +301,12 @@ experiment(
         "minimum GD reaches from inits with different Q (Fig 2.7: U 10×50, V 5×50, X = I, "
         "loss ‖Y − Uσ(Vᵀ)‖²; GD lr and steps chosen here; the nullity part is 'flat-minimum')"
     ),
-    presets={
-        "quick": QSharpnessConfig(),
-        "paper": QSharpnessConfig(
-            q_targets=(-60.0, -40.0, -30.0, -20.0, -10.0, 0.0, 10.0, 20.0, 40.0),
-            steps=20000,
-            loss_tolerance=1e-14,
-        ),
-    },
+    quick=QSharpnessConfig(),
+    paper=QSharpnessConfig(
+        q_targets=(-60.0, -40.0, -30.0, -20.0, -10.0, 0.0, 10.0, 20.0, 40.0),
+        steps=20000,
+        loss_tolerance=1e-14,
+    ),
     claims=[
         Claim(
             "in the 1-D example, Q = 0 is the flattest point of the minimum",

@@ -91,10 +91,8 @@ experiment(
         "grid): below 60 at init, final FD tracks complexity; 2000 epochs in the paper preset, "
         "1000 in quick (not stated in the paper), final means over successful runs (r² > 0.9)"
     ),
-    presets={
-        "quick": BivariateConfig(),
-        "paper": BivariateConfig(runs=20, epochs=2000, every=25),
-    },
+    quick=BivariateConfig(),
+    paper=BivariateConfig(runs=20, epochs=2000, every=25),
     claims=[
         Claim(
             "the empirical NTK is rank-deficient at initialisation: mean FD below 60 of at "

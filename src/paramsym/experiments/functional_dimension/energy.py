@@ -105,10 +105,8 @@ experiment(
         "the paper), final means over successful runs (r² > 0.9)"
     ),
     data="UCI Energy Efficiency (ENB2012_data.xlsx or .csv in --data-dir; not bundled)",
-    presets={
-        "quick": EnergyConfig(),
-        "paper": EnergyConfig(runs=10, epochs=1000),
-    },
+    quick=EnergyConfig(),
+    paper=EnergyConfig(runs=10, epochs=1000),
     claims=[
         Claim(
             "final FD tracks task complexity: heating load (easier) below cooling load",

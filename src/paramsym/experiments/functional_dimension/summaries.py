@@ -14,6 +14,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from paramsym.core.tables import append_row, empty_table
 from paramsym.experiments.functional_dimension.training import COLOURS, HIDDEN, Schedule, Trajectory
 from paramsym.experiments.registry import Result
 
@@ -84,23 +85,10 @@ def summarise(
 
 def trajectory_table(records: Sequence[Trajectory]) -> dict[str, list[Any]]:
     """One row per run and checkpoint: the CSV behind the trajectory figures."""
-    table: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "run",
-            "target",
-            "weight_decay",
-            "epoch",
-            "fd_float32",
-            "fd_float64",
-            "regions",
-            "loss",
-        )
-    }
+    table = empty_table("run target weight_decay epoch fd_float32 fd_float64 regions loss")
     for r in records:
         for row in zip(r.epochs, r.fd32, r.fd64, r.regions, r.loss, strict=True):
-            for key, value in zip(table, (r.run, r.label, r.weight_decay, *row), strict=True):
-                table[key].append(value)
+            append_row(table, r.run, r.label, r.weight_decay, *row)
     return table
 
 

@@ -156,10 +156,8 @@ experiment(
         "on f1, f2, f3 (100 noisy points): low at init, rises, final FD tracks complexity; "
         "3000 epochs (not stated in the paper), final means over successful runs (r² > 0.9)"
     ),
-    presets={
-        "quick": UnivariateConfig(),
-        "paper": UnivariateConfig(runs=15, every=50),
-    },
+    quick=UnivariateConfig(),
+    paper=UnivariateConfig(runs=15, every=50),
     claims=[
         Claim(
             "the empirical NTK is rank-deficient at initialisation: mean FD below 20 of at "

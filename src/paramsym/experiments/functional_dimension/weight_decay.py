@@ -92,10 +92,8 @@ experiment(
         "1e-4, 1e-3: larger weight decay, lower final FD; 3000 epochs (not stated in the "
         "paper), final means over successful runs (r² > 0.9)"
     ),
-    presets={
-        "quick": WeightDecayConfig(),
-        "paper": WeightDecayConfig(runs=10, every=50),
-    },
+    quick=WeightDecayConfig(),
+    paper=WeightDecayConfig(runs=10, every=50),
     claims=[
         Claim(
             "larger weight decay gives lower trained FD (mean over successful runs)",

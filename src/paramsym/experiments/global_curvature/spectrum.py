@@ -176,10 +176,8 @@ experiment(
         "and ReLU 3-layer nets against its surrogate at hidden widths 1 / 2: the same "
         "eigenvalues, repeated in the full matrix"
     ),
-    presets={
-        "quick": SpectrumConfig(),
-        "paper": SpectrumConfig(models=10000, points=500),
-    },
+    quick=SpectrumConfig(),
+    paper=SpectrumConfig(models=10000, points=500),
     claims=[
         Claim(
             "the full matrix and the surrogate have identical eigenvalues (with repeats in the "

@@ -249,12 +249,8 @@ experiment(
         "the covariance, ReLU GD lr 0.003 instead of the authors' 0.01 (at 0.01 a few students "
         "diverge and dominate the Monte-Carlo average)"
     ),
-    presets={
-        "quick": StructureConfig(),
-        "paper": StructureConfig(
-            models=10000, relu_models=100000, hessian_models=10000, points=500
-        ),
-    },
+    quick=StructureConfig(),
+    paper=StructureConfig(models=10000, relu_models=100000, hessian_models=10000, points=500),
     claims=[
         Claim(
             "the Monte-Carlo matrices have the predicted structure: what is left outside it is "

@@ -12,7 +12,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -116,22 +116,3 @@ def _format_steps(step: int | None) -> str:
 def step_bound(max_step_norm: float) -> float | None:
     """``0`` in a config means an unbounded ascent step (``max_step_norm=None``)."""
     return max_step_norm if max_step_norm > 0 else None
-
-
-def concat_tables(tables: Sequence[dict[str, list[Any]]]) -> dict[str, list[Any]]:
-    """Long-format tables with the same columns, one after the other."""
-    out: dict[str, list[Any]] = {k: [] for k in tables[0]}
-    for table in tables:
-        for key in out:
-            out[key] += table[key]
-    return out
-
-
-def table_rows(table: dict[str, list[Any]], **where: Any) -> dict[str, list[Any]]:
-    """The rows of a long-format table whose columns equal ``where``'s values."""
-    keep = [
-        i
-        for i in range(len(next(iter(table.values()))))
-        if all(table[k][i] == v for k, v in where.items())
-    ]
-    return {k: [column[i] for i in keep] for k, column in table.items()}

@@ -270,17 +270,15 @@ experiment(
         "epochs, 5 runs"
     ),
     data="digits (quick); MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": TeleportMnistConfig(),
-        "paper": TeleportMnistConfig(
-            dataset="mnist",
-            hidden=(512, 512),
-            epochs=80,
-            sgd_lr=2e-3,
-            runs=1,
-            threads=0,
-        ),
-    },
+    quick=TeleportMnistConfig(),
+    paper=TeleportMnistConfig(
+        dataset="mnist",
+        hidden=(512, 512),
+        epochs=80,
+        sgd_lr=2e-3,
+        runs=1,
+        threads=0,
+    ),
     claims=[
         Claim(
             "SGD: the training loss decreases faster with teleportation",

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 import paramsym.data
+from paramsym.core.tables import append_row
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.teleport.mnist import mnist_setup, summarise_pairs, teleport_cost_claim
@@ -353,8 +354,7 @@ def _regression_table(
     }
     for (panel, label, run), t in trajectories.items():
         for step, (loss, grad) in enumerate(zip(t.loss, t.grad_norm_sq, strict=True)):
-            for key, value in zip(table, (panel, label, run, step, loss, grad), strict=True):
-                table[key].append(value)
+            append_row(table, panel, label, run, step, loss, grad)
     return table
 
 
@@ -502,17 +502,15 @@ experiment(
         "Optimizer lrs: the authors' code (paper preset), ten times larger on digits (quick)"
     ),
     data="regression generated; digits (quick) or MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": OptimizersConfig(),
-        "paper": OptimizersConfig(
-            dataset="mnist",
-            epochs=40,
-            learning_rates=(1e-2, 1e-3, 1e-4, 1e-4),
-            early_epochs=10,
-            runs=5,
-            threads=0,
-        ),
-    },
+    quick=OptimizersConfig(),
+    paper=OptimizersConfig(
+        dataset="mnist",
+        epochs=40,
+        learning_rates=(1e-2, 1e-3, 1e-4, 1e-4),
+        early_epochs=10,
+        runs=5,
+        threads=0,
+    ),
     claims=[
         Claim(
             "momentum: teleporting improves convergence whatever is done with the buffer",

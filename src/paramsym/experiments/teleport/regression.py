@@ -16,6 +16,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from paramsym.core.tables import table_rows
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.teleport.convergence import (
     COLOURS,
@@ -23,7 +24,6 @@ from paramsym.experiments.teleport.convergence import (
     OPTIMIZERS,
     _mean_std,
     compare_at_equal_loss,
-    table_rows,
 )
 from paramsym.experiments.teleport.regression_training import (
     RegressionSetup,
@@ -293,10 +293,8 @@ experiment(
         "Chosen here: loss 0.5‖·‖²_F, g = I + T with exact inverse, ascent steps bounded to "
         "‖T‖ ≤ 0.1, float64, one torch thread"
     ),
-    presets={
-        "quick": RegressionConfig(runs=3),
-        "paper": RegressionConfig(),
-    },
+    quick=RegressionConfig(runs=3),
+    paper=RegressionConfig(),
     claims=[
         Claim(
             "GD: teleportation lowers the loss at equal epochs",

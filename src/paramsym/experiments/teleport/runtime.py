@@ -21,9 +21,10 @@ import torch
 from torch import nn
 
 import paramsym as ps
+from paramsym.core.tables import concat_tables, table_rows
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
-from paramsym.experiments.teleport.convergence import F64, concat_tables, step_bound, table_rows
+from paramsym.experiments.teleport.convergence import F64, step_bound
 from paramsym.experiments.teleport.regression_training import (
     TrainingRun,
     layer_pair_actions,
@@ -292,12 +293,10 @@ experiment(
         "here: float64, ps.mlp's default init, U[0,1] data, tiny rates so that training "
         "stays finite, one torch thread; the power law is fitted on d ≥ 32"
     ),
-    presets={
-        "quick": RuntimeConfig(
-            epochs=40, dimensions=(8, 16, 32, 64, 128), depths=(2, 3, 4, 5, 6), depth_width=32
-        ),
-        "paper": RuntimeConfig(),
-    },
+    quick=RuntimeConfig(
+        epochs=40, dimensions=(8, 16, 32, 64, 128), depths=(2, 3, 4, 5, 6), depth_width=32
+    ),
+    paper=RuntimeConfig(),
     claims=[
         Claim(
             "runtime grows polynomially with the matrix dimension",

@@ -243,17 +243,15 @@ experiment(
         "are not in the text: chosen here; quick: digits, 32-32 hidden, SGD lr 5e-2, 18 epochs"
     ),
     data="digits (quick); MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": SchedulesConfig(),
-        "paper": SchedulesConfig(
-            dataset="mnist",
-            hidden=(512, 512),
-            epochs=40,
-            lr=2e-3,
-            batch_counts=(1, 2, 4, 8, 16),
-            threads=0,
-        ),
-    },
+    quick=SchedulesConfig(),
+    paper=SchedulesConfig(
+        dataset="mnist",
+        hidden=(512, 512),
+        epochs=40,
+        lr=2e-3,
+        batch_counts=(1, 2, 4, 8, 16),
+        threads=0,
+    ),
     claims=[
         Claim(
             "teleporting before training has the worst performance",

@@ -14,6 +14,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from paramsym.core.tables import append_row, empty_table, table_rows
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.teleport.convergence import (
@@ -21,7 +22,6 @@ from paramsym.experiments.teleport.convergence import (
     OPTIMIZERS,
     OptimizerName,
     _mean_std,
-    table_rows,
 )
 from paramsym.experiments.teleport.regression_training import (
     RegressionSetup,
@@ -61,23 +61,11 @@ def _status(baseline: TrainingRun, teleported: TrainingRun) -> str:
 def _sweep_rows(config: SweepConfig, progress: Progress) -> dict[str, list[Any]]:
     """One row per (optimizer, teleport lr, ascent steps, run): the two trainings to
     convergence, measured back to back."""
-    rows: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "optimizer",
-            "teleport_lr",
-            "teleport_steps",
-            "run",
-            "status",
-            "steps_to_convergence",
-            "steps_to_convergence_teleport",
-            "seconds_to_convergence",
-            "seconds_to_convergence_teleport",
-            "teleport_seconds",
-            "speedup_wall",
-            "speedup_steps",
-        )
-    }
+    rows = empty_table(
+        "optimizer teleport_lr teleport_steps run status steps_to_convergence "
+        "steps_to_convergence_teleport seconds_to_convergence seconds_to_convergence_teleport "
+        "teleport_seconds speedup_wall speedup_steps"
+    )
     grid = [
         (o, lr, n, r)
         for o in config.optimizers
@@ -106,25 +94,16 @@ def _sweep_rows(config: SweepConfig, progress: Progress) -> dict[str, list[Any]]
             wall,
             steps,
         )
-        for key, value in zip(rows, values, strict=True):
-            rows[key].append(value)
+        append_row(rows, *values)
     return rows
 
 
 def _grid_points(rows: dict[str, list[Any]], config: SweepConfig) -> dict[str, list[Any]]:
     """Per grid point: mean speedups over runs; omitted (NaN) unless every run converged."""
-    points: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "optimizer",
-            "teleport_lr",
-            "teleport_steps",
-            "converged_runs",
-            "speedup_wall",
-            "speedup_wall_std",
-            "speedup_steps",
-        )
-    }
+    points = empty_table(
+        "optimizer teleport_lr teleport_steps converged_runs speedup_wall speedup_wall_std "
+        "speedup_steps"
+    )
     for optimizer in config.optimizers:
         for lr in config.teleport_lrs:
             for n in config.teleport_steps:
@@ -133,10 +112,7 @@ def _grid_points(rows: dict[str, list[Any]], config: SweepConfig) -> dict[str, l
                 complete = converged == len(one["status"])
                 wall = _mean_std(one["speedup_wall"]) if complete else (math.nan, math.nan)
                 steps = _mean_std(one["speedup_steps"])[0] if complete else math.nan
-                for key, value in zip(
-                    points, (optimizer, lr, n, converged, wall[0], wall[1], steps), strict=True
-                ):
-                    points[key].append(value)
+                append_row(points, optimizer, lr, n, converged, wall[0], wall[1], steps)
     return points
 
 
@@ -261,10 +237,8 @@ experiment(
         "wall-clock (the paper) and in steps. Chosen here: as teleport-regression, with and "
         "without teleport timed back to back on one torch thread"
     ),
-    presets={
-        "quick": SweepConfig(runs=2, teleport_lrs=(1e-8, 1e-7, 1e-6), teleport_steps=(1, 4, 16)),
-        "paper": SweepConfig(),
-    },
+    quick=SweepConfig(runs=2, teleport_lrs=(1e-8, 1e-7, 1e-6), teleport_steps=(1, 4, 16)),
+    paper=SweepConfig(),
     claims=[
         Claim(
             "most teleport hyperparameters speed up convergence in wall-clock time",

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 import paramsym as ps
+from paramsym.core.tables import concat_tables, table_rows
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.teleport.convergence import (
@@ -33,9 +34,7 @@ from paramsym.experiments.teleport.convergence import (
     LABELS,
     _format_steps,
     compare_at_equal_loss,
-    concat_tables,
     step_bound,
-    table_rows,
 )
 from paramsym.experiments.threads import torch_threads
 from paramsym.landscapes import Booth, Landscape, Rosenbrock, value_loss
@@ -550,10 +549,8 @@ experiment(
         "θ₀ ~ U[0, π)). Chosen here: Rosenbrock ascends log‖∇L‖² from θ₀ = 0 (the raw "
         "objective's θ-gradient vanishes near the minimum); ascent steps bounded to 1 rad"
     ),
-    presets={
-        "quick": LandscapeConfig(booth_draws=10),
-        "paper": LandscapeConfig(),
-    },
+    quick=LandscapeConfig(booth_draws=10),
+    paper=LandscapeConfig(),
     claims=[
         Claim(
             "Rosenbrock: teleportation reaches the target (the minimum) in fewer steps",

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 import paramsym.data
+from paramsym.core.tables import append_row
 from paramsym.errors import ApproximateActionWarning, InvalidArgumentError, ParamsymWarning
 from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation import StatePolicy, TeleportEvent
@@ -446,8 +447,7 @@ def curve_table(curves: Sequence[tuple[str, int, Curve]]) -> dict[str, dict[str,
         for epoch, row in enumerate(
             zip(curve.train_loss, curve.val_loss, curve.seconds, strict=True)
         ):
-            for key, value in zip(per_epoch, (label, run, epoch, *row), strict=True):
-                per_epoch[key].append(value)
+            append_row(per_epoch, label, run, epoch, *row)
         for epoch, value in enumerate(curve.grad_norm_sq, start=1):
             for key, item in zip(gradients, (label, run, epoch, value), strict=True):
                 gradients[key].append(item)

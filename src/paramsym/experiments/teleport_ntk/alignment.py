@@ -388,12 +388,10 @@ experiment(
         "points in float64"
     ),
     data="digits (quick); Fashion-MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": TeleportAlignmentConfig(),
-        "paper": TeleportAlignmentConfig(
-            dataset="fashion_mnist", runs=100, width=1024, epochs=100, threads=None
-        ),
-    },
+    quick=TeleportAlignmentConfig(),
+    paper=TeleportAlignmentConfig(
+        dataset="fashion_mnist", runs=100, width=1024, epochs=100, threads=None
+    ),
     claims=[
         Claim(
             "on a symmetry orbit the loss alignment A and ‖∇L‖² change in exactly the same "

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 import paramsym as ps
 from paramsym import data as datasets
 from paramsym.core.params import functional_call
+from paramsym.core.tables import append_row
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.teleport_ntk.common import (
     COLOURS,
@@ -316,8 +317,7 @@ def _linearization_run(
 
 def _append(table: dict[str, list[Any]], *values: Any) -> None:
     """Append one row (values in the table's column order)."""
-    for key, value in zip(table, values, strict=True):
-        table[key].append(value)
+    append_row(table, *values)
 
 
 def _variant_summary(
@@ -565,17 +565,15 @@ experiment(
         "steps on 1000 training points, clipping at norm 1"
     ),
     data="digits (quick); Fashion-MNIST IDX files in --data-dir (paper)",
-    presets={
-        "quick": LinearizationConfig(),
-        "paper": LinearizationConfig(
-            dataset="fashion_mnist",
-            widths=(100, 200, 300, 400, 500, 750, 1000, 1250, 1500),
-            trials=3,
-            epochs=200,
-            eval_every=25,
-            threads=None,
-        ),
-    },
+    quick=LinearizationConfig(),
+    paper=LinearizationConfig(
+        dataset="fashion_mnist",
+        widths=(100, 200, 300, 400, 500, 750, 1000, 1250, 1500),
+        trials=3,
+        epochs=200,
+        eval_every=25,
+        threads=None,
+    ),
     claims=[
         Claim(
             "the RMSE between network and linearisation decreases with width, for the "
