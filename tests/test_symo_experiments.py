@@ -179,7 +179,7 @@ def test_small_helpers():
         (6 / 9) ** 0.5
     )
     with pytest.raises(ps.InvalidArgumentError, match="unknown setting"):
-        networks._settings(["tanh9"])
+        networks.settings(["tanh9"])
 
 
 def test_student_linear_fit_and_training_trace():

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
 from paramsym.symmetry.chain import LINEAR_TYPES
+from paramsym.symo.closure import evaluate_closure
 from paramsym.symo.optimizer import SymO
 
 TABLE2: dict[str, dict[str, dict[str, float]]] = {
@@ -112,10 +113,7 @@ class SimpleKFAC(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         group = self.param_groups[0]
         lr, damping, momentum = group["lr"], group["damping"], group["momentum"]
         for i, layer in enumerate(self.layers):
@@ -171,10 +169,7 @@ class SimpleShampoo(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             lr, eps = group["lr"], group["epsilon"]
             for p in group["params"]:

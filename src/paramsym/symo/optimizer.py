@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from paramsym.core.params import Params, check_finite
 from paramsym.errors import InvalidArgumentError
+from paramsym.symo.closure import evaluate_closure
 from paramsym.symo.estimation import centered
 from paramsym.symo.factors import Factors, InverseRootConfig
 from paramsym.symo.layout import GroupChoice
@@ -179,10 +180,7 @@ class SymO(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
         """One SymO update from the gradients in ``.grad`` (after ``closure()`` if given,
         which must zero the gradients, compute the loss, call ``backward`` and return it)."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         group = self.param_groups[0]
         grads = self._gradients(group["params"])
         structure = self.structure

@@ -33,6 +33,16 @@ def _flat_loss(
     return loss
 
 
+def _flat_loss_and_gradient(
+    model: nn.Module, loss_fn: LossFn, batch: Batch, params: Mapping[str, Tensor] | None
+) -> tuple[Callable[[Tensor], Tensor], Tensor, Tensor]:
+    """The loss as a function of the flat parameters, the flat point and ∇L there."""
+    point = resolve_params(model, params)
+    loss = _flat_loss(model, loss_fn, batch, point)
+    w = flatten(point)
+    return loss, w, torch.func.grad(loss)(w)
+
+
 def _cosine(a: Tensor, b: Tensor) -> float:
     return float(a @ b / (torch.linalg.vector_norm(a) * torch.linalg.vector_norm(b)))
 
@@ -41,10 +51,7 @@ def gradient_hessian_cosine(
     model: nn.Module, loss_fn: LossFn, batch: Batch, params: Mapping[str, Tensor] | None = None
 ) -> float:
     """cos(∇L, H∇L): ±1 exactly when ∇L is a Hessian eigenvector (Lemma 4.5.10)."""
-    point = resolve_params(model, params)
-    loss = _flat_loss(model, loss_fn, batch, point)
-    w = flatten(point)
-    g = torch.func.grad(loss)(w)
+    loss, w, g = _flat_loss_and_gradient(model, loss_fn, batch, params)
     hg = torch.func.jvp(torch.func.grad(loss), (w,), (g,))[1]
     return _cosine(g, hg)
 
@@ -53,10 +60,7 @@ def newton_cosine(
     model: nn.Module, loss_fn: LossFn, batch: Batch, params: Mapping[str, Tensor] | None = None
 ) -> float:
     """cos(∇L, H⁻¹∇L) with the dense Hessian: ±1 on Newton's direction (Prop 4.5.11)."""
-    point = resolve_params(model, params)
-    loss = _flat_loss(model, loss_fn, batch, point)
-    w = flatten(point)
-    g = torch.func.grad(loss)(w)
+    loss, w, g = _flat_loss_and_gradient(model, loss_fn, batch, params)
     hessian = torch.func.hessian(loss)(w)
     return _cosine(g, torch.linalg.solve(hessian, g))
 

@@ -187,5 +187,5 @@ def elementwise_q(activation: str, incoming: Tensor, outgoing: Tensor) -> tuple[
     return torch.stack(values), torch.stack(sizes)
 
 
-def _rho_text(rho: dict[str, float]) -> str:
+def rho_text(rho: dict[str, float]) -> str:
     return ", ".join(f"{k}: {v:+.2f}" for k, v in rho.items())

@@ -24,15 +24,7 @@ from paramsym.conserved import (
     spectral_rate_bound,
 )
 from paramsym.core.tables import append_row
-from paramsym.experiments.conserved.gradient_descent import (
-    SOURCE,
-    _rho_text,
-    batched_gradient_descent,
-    elementwise_q,
-    initial_weights,
-    spearman,
-    steps_to_threshold,
-)
+from paramsym.experiments.conserved import gradient_descent
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import single_threaded
 
@@ -117,12 +109,14 @@ def _elementwise_convergence(
     rho_abs: dict[str, float] = {}
     spread: dict[str, float] = {}
     for activation in progress.track(config.activations, description="Fig 2.4 activations"):
-        w1, w2, _ = initial_weights(m, h, n, activation, config.q_targets, generator)
-        q0, _ = elementwise_q(activation, w1, w2)
-        result = batched_gradient_descent(
+        w1, w2, _ = gradient_descent.initial_weights(
+            m, h, n, activation, config.q_targets, generator
+        )
+        q0, _ = gradient_descent.elementwise_q(activation, w1, w2)
+        result = gradient_descent.batched_gradient_descent(
             activation, w1, w2, target, config.learning_rate, config.steps, stop_below=bar
         )
-        converged = steps_to_threshold(result.losses, bar)
+        converged = gradient_descent.steps_to_threshold(result.losses, bar)
         stride = max(1, result.losses.shape[1] // 300)
         for b, q in enumerate(q0.tolist()):
             runs["activation"].append(activation)
@@ -134,8 +128,8 @@ def _elementwise_convergence(
                 curves["q"].append(q)
                 curves["step"].append(step)
                 curves["loss"].append(float(result.losses[b, step]))
-        rho[activation] = spearman(q0.tolist(), converged)
-        rho_abs[activation] = spearman(q0.abs().tolist(), converged)
+        rho[activation] = gradient_descent.spearman(q0.tolist(), converged)
+        rho_abs[activation] = gradient_descent.spearman(q0.abs().tolist(), converged)
         finite = [s for s in converged if math.isfinite(s)]
         spread[activation] = max(finite) / max(1.0, min(finite)) if finite else math.nan
     metrics = {
@@ -302,7 +296,7 @@ experiment(
         Claim(
             "the conserved Q changes how many steps GD needs to converge, in linear and "
             "elementwise nonlinear nets",
-            f"{SOURCE}, Fig 2.4",
+            f"{gradient_descent.SOURCE}, Fig 2.4",
             "steps to convergence differ by ≥ 1.5× across the Q values, for every activation",
             lambda r: (
                 {k: round(v, 2) for k, v in r.metrics["steps_max_over_min"].items()},
@@ -311,17 +305,17 @@ experiment(
         ),
         Claim(
             "the number of steps to (near) convergence correlates with Q",
-            f"{SOURCE}, Fig 2.4 (direction not stated)",
+            f"{gradient_descent.SOURCE}, Fig 2.4 (direction not stated)",
             "|Spearman ρ(Q, steps)| ≥ 0.8 for every activation (monotone in Q)",
             lambda r: (
-                f"ρ(Q, steps) {_rho_text(r.metrics['spearman_q_steps'])}; ρ(|Q|, steps) "
-                f"{_rho_text(r.metrics['spearman_abs_q_steps'])}",
+                f"ρ(Q, steps) {gradient_descent.rho_text(r.metrics['spearman_q_steps'])}; "
+                f"ρ(|Q|, steps) {gradient_descent.rho_text(r.metrics['spearman_abs_q_steps'])}",
                 all(abs(v) >= 0.8 for v in r.metrics["spearman_q_steps"].values()),
             ),
         ),
         Claim(
             "radial net with spectral init: smaller λ = ū² + v̄² converges faster",
-            f"{SOURCE}, Fig 2.5, Prop 2.7.3",
+            f"{gradient_descent.SOURCE}, Fig 2.5, Prop 2.7.3",
             "convergence time strictly increasing in λ (every run converges)",
             lambda r: (
                 f"λ {r.metrics['radial_lambdas']} → t "
@@ -331,7 +325,7 @@ experiment(
         ),
         Claim(
             "|σ_i^X(t) − σ_i^Y| ≤ |σ_i^X(0) − σ_i^Y| e^{−t/λ_i}",
-            f"{SOURCE}, Prop 2.7.3",
+            f"{gradient_descent.SOURCE}, Prop 2.7.3",
             "measured / bound ≤ 1 (up to the O(lr) discretisation of GD)",
             lambda r: (
                 f"max ratio {r.metrics['radial_worst_bound_ratio']:.4f}",

@@ -17,12 +17,7 @@ from torch import Tensor
 
 import paramsym as ps
 from paramsym.core.tables import append_row
-from paramsym.experiments.conserved.gradient_descent import (
-    SOURCE,
-    batched_gradient_descent,
-    elementwise_q,
-    steps_to_threshold,
-)
+from paramsym.experiments.conserved import gradient_descent
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import single_threaded
 
@@ -80,7 +75,7 @@ def run_q_drift(config: QDriftConfig, progress: Progress) -> Result:
         w1 = torch.randn(h, n, generator=generator, dtype=torch.float64) / math.sqrt(n)
         w2 = torch.randn(m, h, generator=generator, dtype=torch.float64) / math.sqrt(h)
         runs = len(config.learning_rates)
-        result = batched_gradient_descent(
+        result = gradient_descent.batched_gradient_descent(
             activation,
             w1.expand(runs, h, n),
             w2.expand(runs, m, h),
@@ -91,13 +86,13 @@ def run_q_drift(config: QDriftConfig, progress: Progress) -> Result:
         )
         q = torch.stack(
             [
-                elementwise_q(activation, a, b)[0]
+                gradient_descent.elementwise_q(activation, a, b)[0]
                 for a, b in zip(result.incoming, result.outgoing, strict=True)
             ]
         )
-        _, size = elementwise_q(activation, result.incoming[0], result.outgoing[0])
+        _, size = gradient_descent.elementwise_q(activation, result.incoming[0], result.outgoing[0])
         change = (q - q[0]) / size  # (checkpoints, runs): signed ΔQ̃ of App. A.4.2
-        converged = steps_to_threshold(result.losses, bar)
+        converged = gradient_descent.steps_to_threshold(result.losses, bar)
         final[activation], after[activation] = [], []
         for b, lr in enumerate(config.learning_rates):
             ok = bool(torch.isfinite(change[:, b]).all())
@@ -198,7 +193,7 @@ experiment(
     claims=[
         Claim(
             "GD changes Q only a little compared with the terms it is a difference of",
-            f"{SOURCE}, Fig A.1, App. A.4.2",
+            f"{gradient_descent.SOURCE}, Fig A.1, App. A.4.2",
             "|ΔQ̃| ≤ 0.1 in every run",
             lambda r: (
                 f"max |ΔQ̃| = {r.metrics['max_abs_relative_change']:.2e} "
@@ -208,7 +203,7 @@ experiment(
         ),
         Claim(
             "the largest learning rate gives the largest change of Q",
-            f"{SOURCE}, Fig A.1",
+            f"{gradient_descent.SOURCE}, Fig A.1",
             "final |ΔQ̃| largest at lr 0.1, for every activation",
             lambda r: (
                 r.metrics["largest_lr_largest_change"],
@@ -217,7 +212,7 @@ experiment(
         ),
         Claim(
             "... but the changes at the three learning rates are of the same order of magnitude",
-            f"{SOURCE}, Fig A.1",
+            f"{gradient_descent.SOURCE}, Fig A.1",
             "max / min final |ΔQ̃| over the lrs < 10, for every activation",
             lambda r: (
                 {k: round(v, 1) for k, v in r.metrics["change_ratio_across_lrs"].items()},
@@ -226,7 +221,7 @@ experiment(
         ),
         Claim(
             "Q stops changing once the loss has converged",
-            f"{SOURCE}, Fig A.1",
+            f"{gradient_descent.SOURCE}, Fig A.1",
             "≤ 5% of the final |ΔQ̃| accrues after the loss reaches 1e-3·‖Y‖² (runs that do)",
             lambda r: _late_check(r.metrics["share_after_convergence"]),
         ),

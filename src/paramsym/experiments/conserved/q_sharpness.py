@@ -25,15 +25,7 @@ from paramsym.conserved import (
     scalar_linear_sharpness,
 )
 from paramsym.core.tables import append_row, empty_table
-from paramsym.experiments.conserved.gradient_descent import (
-    SOURCE,
-    _rho_text,
-    batched_gradient_descent,
-    elementwise_q,
-    initial_weights,
-    spearman,
-    sum_squares,
-)
+from paramsym.experiments.conserved import gradient_descent
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import single_threaded
 
@@ -170,9 +162,11 @@ def _spectra(
     for activation, scheme in progress.track(config.panels, description="Fig 2.7 panels"):
         label = f"{activation}/{scheme}"
         targets = config.q_targets if scheme == "product" else config.outgoing_q_targets
-        w1, w2, _ = initial_weights(m, h, n, activation, targets, generator, scheme)
-        q0, _ = elementwise_q(activation, w1, w2)
-        trained = batched_gradient_descent(
+        w1, w2, _ = gradient_descent.initial_weights(
+            m, h, n, activation, targets, generator, scheme
+        )
+        q0, _ = gradient_descent.elementwise_q(activation, w1, w2)
+        trained = gradient_descent.batched_gradient_descent(
             activation,
             w1,
             w2,
@@ -185,7 +179,11 @@ def _spectra(
         for b, q in enumerate(q0.tolist()):
             params = {"0.weight": trained.incoming[-1][b], "2.weight": trained.outgoing[-1][b]}
             flat = flat_minimum(
-                model, sum_squares, (x, target), params=params, threshold=config.threshold
+                model,
+                gradient_descent.sum_squares,
+                (x, target),
+                params=params,
+                threshold=config.threshold,
             )
             nonzero = [e for e in flat.eigenvalues if abs(e) > config.threshold]
             spectrum["panel"] += [label] * len(nonzero)
@@ -202,7 +200,9 @@ def _spectra(
                 flat.nonzero_mean,
             )
         own = [i for i, p in enumerate(runs["panel"]) if p == label]
-        rho[label] = spearman([runs["q"][i] for i in own], [runs["nonzero_median"][i] for i in own])
+        rho[label] = gradient_descent.spearman(
+            [runs["q"][i] for i in own], [runs["nonzero_median"][i] for i in own]
+        )
     linear = [i for i, p in enumerate(runs["panel"]) if p.startswith("identity/")]
     metrics = {
         "spearman_q_median_eigenvalue": rho,
@@ -217,7 +217,7 @@ def _sharpness_check(result: Result, panel: str) -> tuple[str, bool]:
     rho = result.metrics["spearman_q_median_eigenvalue"]
     others = {k: v for k, v in rho.items() if not k.startswith("identity/")}
     value = rho.get(panel, math.nan)
-    return f"ρ = {value:+.2f} (nonlinear: {_rho_text(others)})", value >= 0.8 - 1e-9
+    return f"ρ = {value:+.2f} (nonlinear: {gradient_descent.rho_text(others)})", value >= 0.8 - 1e-9
 
 
 def run_q_sharpness(config: QSharpnessConfig, progress: Progress) -> Result:
@@ -310,7 +310,7 @@ experiment(
     claims=[
         Claim(
             "in the 1-D example, Q = 0 is the flattest point of the minimum",
-            f"{SOURCE}, §2.8.1, Fig 2.1",
+            f"{gradient_descent.SOURCE}, §2.8.1, Fig 2.1",
             "smallest nonzero eigenvalue at Q = 0, where it is 2",
             lambda r: (
                 f"flattest at Q = {r.metrics['scalar_flattest_q']:g}, λ = "
@@ -321,7 +321,7 @@ experiment(
         ),
         Claim(
             "the nonzero Hessian eigenvalue at the 1-D minimum is √(Q² + 4)",
-            f"{SOURCE}, Eq. 2.53 (erratum: printed 2√(Q² + 4))",
+            f"{gradient_descent.SOURCE}, Eq. 2.53 (erratum: printed 2√(Q² + 4))",
             "relative error ≤ 1e-6 against √(Q² + 4) (and ≈ 50% against the printed 2√(Q² + 4))",
             lambda r: (
                 f"vs √(Q²+4): {r.metrics['scalar_error_vs_sqrt']:.1e}; vs 2√(Q²+4): "
@@ -332,14 +332,14 @@ experiment(
         Claim(
             "linear net: after removing the ~0 eigenvalues, the centre of the Hessian spectrum "
             "correlates positively with Q (Q set by the std of U, with V at Xavier)",
-            f"{SOURCE}, Fig 2.7(a)",
+            f"{gradient_descent.SOURCE}, Fig 2.7(a)",
             "Spearman ρ(Q, median nonzero eigenvalue) ≥ 0.8",
             lambda r: _sharpness_check(r, "identity/outgoing"),
         ),
         Claim(
             "... and when Q is set at a fixed product of the stds (both sides of the balanced "
             "point)",
-            f"{SOURCE}, Fig 2.7(a)",
+            f"{gradient_descent.SOURCE}, Fig 2.7(a)",
             "Spearman ρ(Q, median nonzero eigenvalue) ≥ 0.8",
             lambda r: _sharpness_check(r, "identity/product"),
         ),

@@ -13,14 +13,7 @@ from typing import Any
 import torch
 
 import paramsym.data
-from paramsym.experiments.functional_dimension.summaries import (
-    _common_notes,
-    _final_order,
-    _schedule,
-    plot_regions,
-    plot_trajectories,
-    summarise,
-)
+from paramsym.experiments.functional_dimension import summaries
 from paramsym.experiments.functional_dimension.training import Task, train_and_track
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 
@@ -62,10 +55,12 @@ def run_bivariate(config: BivariateConfig, progress: Progress) -> Result:
             target, grid=config.grid, noise=config.noise, seed=config.seed, dtype=torch.float32
         )
         tasks.append(Task(target, *data.train, config.weight_decay))
-    records = train_and_track(tasks, _schedule(config), progress, None, "fd-bivariate epochs")
-    result = summarise(records, config.targets, config.success_r2, 2, config.grid**2)
+    records = train_and_track(
+        tasks, summaries.schedule(config), progress, None, "fd-bivariate epochs"
+    )
+    result = summaries.summarise(records, config.targets, config.success_r2, 2, config.grid**2)
     result.notes += [
-        *_common_notes(config),
+        *summaries.common_notes(config),
         f"{config.grid}×{config.grid} grid with input/output noise {config.noise:g} (the paper "
         "says grid in the text and 'uniformly distributed' in the Fig 8 caption, no noise level)",
     ]
@@ -74,10 +69,10 @@ def run_bivariate(config: BivariateConfig, progress: Progress) -> Result:
 
 def plot_bivariate(result: Result) -> dict[str, Any]:
     return {
-        "fd_trajectories.png": plot_trajectories(
+        "fd_trajectories.png": summaries.plot_trajectories(
             result, "functional dimension during training, g1 < g2 < g3 (seed 004 Fig 9)"
         ),
-        "fd_vs_regions.png": plot_regions(
+        "fd_vs_regions.png": summaries.plot_regions(
             result, "FD and linear regions sampled, one run each (cf. seed 004 Fig 5)"
         ),
     }
@@ -105,7 +100,7 @@ experiment(
             "final FD tracks task complexity (mean over successful runs)",
             "seed 004, Fig 9 (right)",
             "g1 < g2 < g3",
-            lambda r: _final_order(r, ("g1", "g2", "g3"), increasing=True),
+            lambda r: summaries.final_order(r, ("g1", "g2", "g3"), increasing=True),
         ),
     ],
     plot=plot_bivariate,

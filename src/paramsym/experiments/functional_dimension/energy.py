@@ -14,14 +14,7 @@ import torch
 from torch import Tensor
 
 import paramsym.data
-from paramsym.experiments.functional_dimension.summaries import (
-    _common_notes,
-    _final_order,
-    _schedule,
-    plot_regions,
-    plot_trajectories,
-    summarise,
-)
+from paramsym.experiments.functional_dimension import summaries
 from paramsym.experiments.functional_dimension.training import Task, train_and_track
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 
@@ -73,10 +66,10 @@ def _energy_task(config: EnergyConfig, target: str) -> Task:
 def run_energy(config: EnergyConfig, progress: Progress) -> Result:
     """Seed 004 Fig 3: FD of (8, 10, 10, 10, 10 | 1) ReLU nets on heating and cooling load."""
     tasks = [_energy_task(config, target) for target in config.targets]
-    records = train_and_track(tasks, _schedule(config), progress, None, "fd-energy epochs")
-    result = summarise(records, config.targets, config.success_r2, 8, tasks[0].x.shape[0])
+    records = train_and_track(tasks, summaries.schedule(config), progress, None, "fd-energy epochs")
+    result = summaries.summarise(records, config.targets, config.success_r2, 8, tasks[0].x.shape[0])
     result.notes += [
-        *_common_notes(config),
+        *summaries.common_notes(config),
         "features and targets z-scored over all rows (no split; the paper states neither)"
         if config.standardise
         else "features and targets used as they are in the file",
@@ -86,10 +79,10 @@ def run_energy(config: EnergyConfig, progress: Progress) -> Result:
 
 def plot_energy(result: Result) -> dict[str, Any]:
     return {
-        "fd_trajectories.png": plot_trajectories(
+        "fd_trajectories.png": summaries.plot_trajectories(
             result, "functional dimension on UCI Energy: heating < cooling (seed 004 Fig 3)"
         ),
-        "fd_vs_regions.png": plot_regions(
+        "fd_vs_regions.png": summaries.plot_regions(
             result, "FD and linear regions sampled, one run each (seed 004 Fig 6)"
         ),
     }
@@ -112,7 +105,7 @@ experiment(
             "final FD tracks task complexity: heating load (easier) below cooling load",
             "seed 004, Fig 3 (right)",
             "heating < cooling",
-            lambda r: _final_order(r, ("heating", "cooling"), increasing=True),
+            lambda r: summaries.final_order(r, ("heating", "cooling"), increasing=True),
         )
     ],
     plot=plot_energy,

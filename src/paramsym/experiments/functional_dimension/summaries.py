@@ -14,7 +14,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from paramsym.core.tables import append_row, empty_table
+from paramsym.core.tables import append_row, empty_table, table_rows
 from paramsym.experiments.functional_dimension.training import COLOURS, HIDDEN, Schedule, Trajectory
 from paramsym.experiments.registry import Result
 
@@ -112,7 +112,7 @@ def shown_run(records: Sequence[Trajectory], label: str, success_r2: float) -> T
     return next((r for r in runs if r.r2 > success_r2), runs[0])
 
 
-def _schedule(config: Any) -> Schedule:
+def schedule(config: Any) -> Schedule:
     return Schedule(
         config.seed,
         config.runs,
@@ -123,7 +123,7 @@ def _schedule(config: Any) -> Schedule:
     )
 
 
-def _common_notes(config: Any) -> list[str]:
+def common_notes(config: Any) -> list[str]:
     return [
         f"{config.epochs} epochs (the paper does not state the number; chosen by us), FD every "
         f"{config.every} epochs, {config.runs} initialisations per data set",
@@ -139,7 +139,7 @@ def _common_notes(config: Any) -> list[str]:
 
 def _standard_error(result: Result, label: str) -> float:
     """Standard error of the mean final FD over ``label``'s successful runs."""
-    runs = _rows(result.series["runs"], target=label)
+    runs = table_rows(result.series["runs"], target=label)
     finals = [
         f
         for f, r2 in zip(runs["fd_final"], runs["r2"], strict=True)
@@ -148,7 +148,7 @@ def _standard_error(result: Result, label: str) -> float:
     return statistics.stdev(finals) / math.sqrt(len(finals)) if len(finals) > 1 else math.nan
 
 
-def _final_order(result: Result, labels: Sequence[str], increasing: bool) -> tuple[str, bool]:
+def final_order(result: Result, labels: Sequence[str], increasing: bool) -> tuple[str, bool]:
     """Whether the mean final FDs are ordered as the paper states; the measurement shows each
     mean ± its standard error, so an ordering within the run-to-run noise reads as such."""
     values = [result.metrics[f"fd_final_{label}"] for label in labels]
@@ -164,22 +164,13 @@ def _final_order(result: Result, labels: Sequence[str], increasing: bool) -> tup
 # -- plots (shared) -------------------------------------------------------------------------------
 
 
-def _colour(label: str, labels: Sequence[str]) -> str:
+def label_colour(label: str, labels: Sequence[str]) -> str:
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
     return COLOURS.get(label, palette[list(labels).index(label) % len(palette)])
 
 
-def _rows(table: dict[str, list[Any]], **where: Any) -> dict[str, list[Any]]:
-    keep = [
-        i
-        for i in range(len(next(iter(table.values()))))
-        if all(table[k][i] == v for k, v in where.items())
-    ]
-    return {k: [column[i] for i in keep] for k, column in table.items()}
-
-
 def _successful_runs(result: Result, label: str) -> set[int]:
-    runs = _rows(result.series["runs"], target=label)
+    runs = table_rows(result.series["runs"], target=label)
     threshold = result.metrics["success_r2"]
     return {r for r, r2 in zip(runs["run"], runs["r2"], strict=True) if r2 > threshold}
 
@@ -196,10 +187,10 @@ def plot_trajectories(result: Result, title: str, legend_title: str = "") -> Any
     table = result.series["trajectories"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
     for label in labels:
-        colour = _colour(label, labels)
-        rows = _rows(table, target=label)
+        colour = label_colour(label, labels)
+        rows = table_rows(table, target=label)
         for run in dict.fromkeys(rows["run"]):
-            one = _rows(rows, run=run)
+            one = table_rows(rows, run=run)
             left.plot(one["epoch"], one["fd_float32"], color=colour, linewidth=0.7, alpha=0.45)
         left.plot([], [], color=colour, label=label)
         good = len(_successful_runs(result, label))
@@ -234,8 +225,8 @@ def plot_regions(result: Result, title: str, bound_factor: int | None = None) ->
     axes = list(grid[0])
     for axis, label in zip(axes, labels, strict=True):
         run = _shown_run_index(result, label)
-        rows = _rows(table, target=label, run=run)
-        axis.plot(rows["epoch"], rows["fd_float32"], color=_colour(label, labels), label="FD")
+        rows = table_rows(table, target=label, run=run)
+        axis.plot(rows["epoch"], rows["fd_float32"], color=label_colour(label, labels), label="FD")
         axis.plot(rows["epoch"], rows["regions"], "k--", label="# linear regions")
         if bound_factor is not None:
             bound = [bound_factor * n for n in rows["regions"]]

@@ -16,17 +16,8 @@ import torch
 from torch import Tensor
 
 import paramsym.data
-from paramsym.experiments.functional_dimension.summaries import (
-    _colour,
-    _common_notes,
-    _final_order,
-    _rows,
-    _schedule,
-    plot_regions,
-    plot_trajectories,
-    shown_run,
-    summarise,
-)
+from paramsym.core.tables import table_rows
+from paramsym.experiments.functional_dimension import summaries
 from paramsym.experiments.functional_dimension.training import Task, Trajectory, train_and_track
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 
@@ -78,7 +69,7 @@ def _function_tables(
         data["target"] += [task.label] * task.x.shape[0]
         data["x"] += task.x.flatten().tolist()
         data["y"] += task.y.flatten().tolist()
-        run = shown_run(records, task.label, config.success_r2)
+        run = summaries.shown_run(records, task.label, config.success_r2)
         count = len(run.epochs)
         picks = sorted({round(i * (count - 1) / (shown - 1)) for i in range(shown)})
         for i in picks:
@@ -99,10 +90,12 @@ def run_univariate(config: UnivariateConfig, progress: Progress) -> Result:
         )
         tasks.append(Task(target, *data.train, config.weight_decay))
     probe = torch.linspace(0.0, 1.0, config.probe_points).unsqueeze(1)
-    records = train_and_track(tasks, _schedule(config), progress, probe, "fd-univariate epochs")
-    result = summarise(records, config.targets, config.success_r2, 1, config.points)
+    records = train_and_track(
+        tasks, summaries.schedule(config), progress, probe, "fd-univariate epochs"
+    )
+    result = summaries.summarise(records, config.targets, config.success_r2, 1, config.points)
     result.series.update(_function_tables(records, config, tasks, probe))
-    result.notes += _common_notes(config)
+    result.notes += summaries.common_notes(config)
     return result
 
 
@@ -112,17 +105,17 @@ def _plot_functions(result: Result) -> Any:
     labels = result.metrics["groups"]
     figure, grid = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.6), squeeze=False)
     for axis, label in zip(grid[0], labels, strict=True):
-        data = _rows(result.series["data"], target=label)
+        data = table_rows(result.series["data"], target=label)
         axis.scatter(data["x"], data["y"], s=8, color="black", label="data")
-        rows = _rows(result.series["functions"], target=label)
+        rows = table_rows(result.series["functions"], target=label)
         epochs = list(dict.fromkeys(rows["epoch"]))
         for k, epoch in enumerate(epochs):
-            one = _rows(rows, epoch=epoch)
+            one = table_rows(rows, epoch=epoch)
             last = k == len(epochs) - 1
             axis.plot(
                 one["x"],
                 one["f"],
-                color=_colour(label, labels),
+                color=summaries.label_colour(label, labels),
                 alpha=1.0 if last else 0.2 + 0.5 * k / max(1, len(epochs) - 1),
                 linewidth=2 if last else 1,
                 label=f"epoch {epoch}" if last or k == 0 else None,
@@ -138,10 +131,10 @@ def _plot_functions(result: Result) -> Any:
 
 def plot_univariate(result: Result) -> dict[str, Any]:
     return {
-        "fd_trajectories.png": plot_trajectories(
+        "fd_trajectories.png": summaries.plot_trajectories(
             result, "functional dimension during training, f1 < f2 < f3 (seed 004 Fig 2)"
         ),
-        "fd_vs_regions.png": plot_regions(
+        "fd_vs_regions.png": summaries.plot_regions(
             result, "FD and linear regions sampled, one run each (seed 004 Fig 5)", 2
         ),
         "functions.png": _plot_functions(result),
@@ -170,7 +163,7 @@ experiment(
             "final FD tracks task complexity (mean over successful runs)",
             "seed 004, Fig 2 (right)",
             "f1 < f2 < f3",
-            lambda r: _final_order(r, ("f1", "f2", "f3"), increasing=True),
+            lambda r: summaries.final_order(r, ("f1", "f2", "f3"), increasing=True),
         ),
         Claim(
             "FD ≤ 2·#linear regions sampled, at every checkpoint of every run",

@@ -13,13 +13,7 @@ from typing import Any
 import torch
 
 import paramsym.data
-from paramsym.experiments.functional_dimension.summaries import (
-    _common_notes,
-    _final_order,
-    _schedule,
-    plot_trajectories,
-    summarise,
-)
+from paramsym.experiments.functional_dimension import summaries
 from paramsym.experiments.functional_dimension.training import Task, train_and_track
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 
@@ -64,15 +58,17 @@ def run_weight_decay(config: WeightDecayConfig, progress: Progress) -> Result:
     )
     tasks = [Task(_decay_label(d), *data.train, d) for d in config.weight_decays]
     labels = [t.label for t in tasks]
-    records = train_and_track(tasks, _schedule(config), progress, None, "fd-weight-decay epochs")
-    result = summarise(records, labels, config.success_r2, 1, config.points)
-    result.notes += _common_notes(config)
+    records = train_and_track(
+        tasks, summaries.schedule(config), progress, None, "fd-weight-decay epochs"
+    )
+    result = summaries.summarise(records, labels, config.success_r2, 1, config.points)
+    result.notes += summaries.common_notes(config)
     return result
 
 
 def plot_weight_decay(result: Result) -> dict[str, Any]:
     return {
-        "fd_trajectories.png": plot_trajectories(
+        "fd_trajectories.png": summaries.plot_trajectories(
             result,
             "functional dimension on f2: more weight decay, lower FD (seed 004 Fig 4)",
             "Adam weight decay",
@@ -81,7 +77,7 @@ def plot_weight_decay(result: Result) -> dict[str, Any]:
 
 
 def _decreasing_in_decay(result: Result) -> tuple[str, bool]:
-    return _final_order(result, result.metrics["groups"], increasing=False)
+    return summaries.final_order(result, result.metrics["groups"], increasing=False)
 
 
 experiment(

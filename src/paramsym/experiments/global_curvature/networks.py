@@ -232,7 +232,7 @@ SETTINGS: dict[str, Setting] = {
 """Tanh 2-layer (5,5,5) with bias; Tanh 3-layer (5,5,5,5) with bias; ReLU 3-layer without bias."""
 
 
-def _settings(names: Sequence[str]) -> list[Setting]:
+def settings(names: Sequence[str]) -> list[Setting]:
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
         raise ps.InvalidArgumentError(
@@ -274,12 +274,12 @@ def paper_view(structure: CurvatureStructure, matrix: Tensor) -> Tensor:
     return matrix[order][:, order]
 
 
-def _matrix(table: Mapping[str, list[Any]], column: str) -> np.ndarray:
+def matrix(table: Mapping[str, list[Any]], column: str) -> np.ndarray:
     p = round(math.sqrt(len(table[column])))
     return np.asarray(table[column], dtype=float).reshape(p, p)
 
 
-def _heatmap(axes: Any, matrix: np.ndarray, structure: CurvatureStructure, title: str) -> None:
+def heatmap(axes: Any, matrix: np.ndarray, structure: CurvatureStructure, title: str) -> None:
     """One panel of Figs 2–4: symmetric colour scale, ticks at the W_ℓ/b_ℓ boundaries."""
     scale = float(np.quantile(np.abs(matrix), 0.99)) or 1.0
     axes.imshow(matrix, cmap="RdBu_r", vmin=-scale, vmax=scale, interpolation="nearest")

@@ -19,14 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from paramsym.experiments.global_curvature.networks import (
-    SETTINGS,
-    _heatmap,
-    _matrix,
-    _settings,
-    paper_view,
-    stacked_gradients,
-)
+from paramsym.experiments.global_curvature import networks
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.symo import (
     Factors,
@@ -42,7 +35,7 @@ class SpectrumConfig:
 
     Attributes:
         seed: seed of the data and the ensemble.
-        settings: which networks (``SETTINGS`` keys).
+        settings: which networks (``networks.SETTINGS`` keys).
         models: students whose gradient covariance (t = 0) is projected onto the invariant
             space (its factors are the matrix shown).
         points: training points.
@@ -79,11 +72,11 @@ def run_spectrum(config: SpectrumConfig, progress: Progress) -> Result:
     """Figs 11–13: the full invariant matrix against its surrogate, and their eigenvalues."""
     metrics: dict[str, Any] = {}
     series: dict[str, dict[str, list[Any]]] = {}
-    for setting in progress.track(_settings(config.settings), description="networks"):
+    for setting in progress.track(networks.settings(config.settings), description="networks"):
         structure = setting.structure()
         batch = setting.data(config.points, config.seed)
         params = setting.ensemble(config.models, config.seed + 1)
-        grads = stacked_gradients(structure, setting.activation, params, batch)
+        grads = networks.stacked_gradients(structure, setting.activation, params, batch)
         factors = Factors.from_dense(structure, covariance_of(structure, grads).matrix)
         full = factors.to_dense()
         surrogate = factors.surrogate()
@@ -100,8 +93,8 @@ def run_spectrum(config: SpectrumConfig, progress: Progress) -> Result:
             (full_eigs - predicted).abs().max() / full_eigs.abs().max()
         )
         metrics[f"{name}_surrogate_widths"] = list(structure.surrogate_widths)
-        series[f"full_{name}"] = _long(paper_view(structure, full))
-        series[f"surrogate_{name}"] = _long(paper_view(structure.surrogate(), surrogate))
+        series[f"full_{name}"] = _long(networks.paper_view(structure, full))
+        series[f"surrogate_{name}"] = _long(networks.paper_view(structure.surrogate(), surrogate))
         series[f"eigenvalues_{name}"] = {
             "index": list(range(len(full_eigs))),
             "full": full_eigs.tolist(),
@@ -119,19 +112,21 @@ def run_spectrum(config: SpectrumConfig, progress: Progress) -> Result:
 
 
 def _square(table: Mapping[str, list[Any]]) -> np.ndarray:
-    return _matrix(table, "value")
+    return networks.matrix(table, "value")
 
 
 def plot_spectrum(result: Result) -> dict[str, Any]:
     """Figs 11–13: A full matrix, B surrogate, C and D their eigenvalues (log scale)."""
     figures: dict[str, Any] = {}
-    for name, setting in SETTINGS.items():
+    for name, setting in networks.SETTINGS.items():
         if f"full_{name}" not in result.series:
             continue
         structure = setting.structure()
         figure, axes = plt.subplots(1, 4, figsize=(17, 4.2))
-        _heatmap(axes[0], _square(result.series[f"full_{name}"]), structure, "A: full matrix")
-        _heatmap(
+        networks.heatmap(
+            axes[0], _square(result.series[f"full_{name}"]), structure, "A: full matrix"
+        )
+        networks.heatmap(
             axes[1],
             _square(result.series[f"surrogate_{name}"]),
             structure.surrogate(),
@@ -159,7 +154,7 @@ def plot_spectrum(result: Result) -> dict[str, Any]:
 
 def _check_same_spectrum(result: Result) -> tuple[str, bool]:
     m = result.metrics
-    names = [n for n in SETTINGS if f"{n}_full_to_surrogate" in m]
+    names = [n for n in networks.SETTINGS if f"{n}_full_to_surrogate" in m]
     worst = max(
         max(m[f"{n}_full_to_surrogate"], m[f"{n}_surrogate_to_full"], m[f"{n}_multiplicity_error"])
         for n in names

@@ -18,20 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from paramsym.experiments.global_curvature.networks import (
-    SETTINGS,
-    Setting,
-    _heatmap,
-    _matrix,
-    _settings,
-    cross_layer_fraction,
-    loglog_slope,
-    mean_hessians,
-    paper_view,
-    prefix_sizes,
-    stacked_gd,
-    stacked_gradients,
-)
+from paramsym.experiments.global_curvature import networks
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.symo import (
     Factors,
@@ -48,7 +35,7 @@ class StructureConfig:
 
     Attributes:
         seed: seed of the data (teacher) and of the ensemble's initialisation.
-        settings: which networks (``SETTINGS`` keys).
+        settings: which networks (``networks.SETTINGS`` keys).
         models: N, students in the Tanh covariance ensembles (paper: 10000).
         relu_models: N for the ReLU network (paper: 100000).
         hessian_models: students (the first ones) in the Hessian average (paper: 10000).
@@ -65,21 +52,23 @@ class StructureConfig:
     steps: int = 20
 
 
-def _structure_of(setting: Setting, config: StructureConfig) -> dict[str, Any]:
+def _structure_of(setting: networks.Setting, config: StructureConfig) -> dict[str, Any]:
     """Covariances and Hessians of one setting at t = 0 and t = steps, with residual curves."""
     structure = setting.structure()
     batch = setting.data(config.points, config.seed)
     models = config.relu_models if setting.activation == "relu" else config.models
     ensemble = setting.ensemble(models, config.seed + 1)
     times = {0: ensemble}
-    times[config.steps] = stacked_gd(
+    times[config.steps] = networks.stacked_gd(
         structure, setting.activation, ensemble, batch, steps=config.steps, lr=setting.lr
     )
     out: dict[str, Any] = {"models": models, "matrices": {}, "curves": [], "residual": {}}
-    cov_sizes = prefix_sizes(models)
-    hess_sizes = prefix_sizes(config.hessian_models, smallest=min(30, config.hessian_models))
+    cov_sizes = networks.prefix_sizes(models)
+    hess_sizes = networks.prefix_sizes(
+        config.hessian_models, smallest=min(30, config.hessian_models)
+    )
     for t, params in times.items():
-        grads = stacked_gradients(structure, setting.activation, params, batch)
+        grads = networks.stacked_gradients(structure, setting.activation, params, batch)
         for k in cov_sizes:
             head = {name: g[:k] for name, g in grads.items()}
             cov = covariance_of(structure, head).matrix
@@ -98,7 +87,7 @@ def _structure_of(setting: Setting, config: StructureConfig) -> dict[str, Any]:
         out[f"mean_outside_{t}"] = float(
             (moments.mean - mean_projected).norm() / moments.mean.norm()
         )
-        hessians = mean_hessians(structure, setting.activation, params, batch, hess_sizes)
+        hessians = networks.mean_hessians(structure, setting.activation, params, batch, hess_sizes)
         for k, h in zip(hess_sizes, hessians, strict=True):
             out["curves"].append(("hessian", t, k, projection_residual(structure, h)))
         out["matrices"][("hessian", t)] = hessians[-1]
@@ -113,7 +102,7 @@ def run_structure(config: StructureConfig, progress: Progress) -> Result:
     metrics: dict[str, Any] = {}
     series: dict[str, dict[str, list[Any]]] = {}
     curves: dict[str, list[Any]] = {"setting": [], "matrix": [], "t": [], "models": [], "res": []}
-    for setting in progress.track(_settings(config.settings), description="networks"):
+    for setting in progress.track(networks.settings(config.settings), description="networks"):
         found = _structure_of(setting, config)
         structure = setting.structure()
         name = setting.name
@@ -125,13 +114,13 @@ def run_structure(config: StructureConfig, progress: Progress) -> Result:
         for kind in ("covariance", "hessian"):
             for t in (0, config.steps):
                 rows = [c for c in found["curves"] if c[0] == kind and c[1] == t]
-                metrics[f"{name}_slope_{kind}_t{t}"] = loglog_slope(
+                metrics[f"{name}_slope_{kind}_t{t}"] = networks.loglog_slope(
                     [r[2] for r in rows], [r[3] for r in rows]
                 )
         for t in (0, config.steps):
             metrics[f"{name}_mean_outside_t{t}"] = found[f"mean_outside_{t}"]
             cov = found["matrices"][("covariance", t)]
-            metrics[f"{name}_cross_layer_t{t}"] = cross_layer_fraction(structure, cov)
+            metrics[f"{name}_cross_layer_t{t}"] = networks.cross_layer_fraction(structure, cov)
         for kind, t, k, res in found["curves"]:
             for column, value in zip(curves, (name, kind, t, k, res), strict=True):
                 curves[column].append(value)
@@ -141,7 +130,7 @@ def run_structure(config: StructureConfig, progress: Progress) -> Result:
         table["col"] = [j for _ in range(p) for j in range(p)]
         for (kind, t), matrix in found["matrices"].items():
             column = "theory" if kind == "theory" else f"{kind}_t{t}"
-            table[column] = paper_view(structure, matrix).reshape(-1).tolist()
+            table[column] = networks.paper_view(structure, matrix).reshape(-1).tolist()
         series[f"matrices_{name}"] = table
     series["residuals"] = curves
     metrics["steps"] = config.steps
@@ -160,18 +149,25 @@ def plot_structure(result: Result) -> dict[str, Any]:
     the residual against N on log-log axes."""
     figures: dict[str, Any] = {}
     steps = result.metrics["steps"]
-    for name, setting in SETTINGS.items():
+    for name, setting in networks.SETTINGS.items():
         table = result.series.get(f"matrices_{name}")
         if table is None:
             continue
         structure = setting.structure()
         for kind, fig in (("covariance", setting.figures[0]), ("hessian", setting.figures[1])):
             figure, axes = plt.subplots(1, 3, figsize=(13, 4.4))
-            _heatmap(axes[0], _matrix(table, f"{kind}_t0"), structure, "A: Monte Carlo, t = 0")
-            _heatmap(
-                axes[1], _matrix(table, f"{kind}_t{steps}"), structure, f"B: t = {steps} GD steps"
+            networks.heatmap(
+                axes[0], networks.matrix(table, f"{kind}_t0"), structure, "A: Monte Carlo, t = 0"
             )
-            _heatmap(axes[2], _matrix(table, "theory"), structure, "C: theory (random factors)")
+            networks.heatmap(
+                axes[1],
+                networks.matrix(table, f"{kind}_t{steps}"),
+                structure,
+                f"B: t = {steps} GD steps",
+            )
+            networks.heatmap(
+                axes[2], networks.matrix(table, "theory"), structure, "C: theory (random factors)"
+            )
             figure.suptitle(
                 f"Fig {fig}: global {'gradient covariance' if kind == 'covariance' else 'Hessian'}"
                 f", {setting.activation} {setting.widths}{' + bias' if setting.bias else ''}"
@@ -181,7 +177,7 @@ def plot_structure(result: Result) -> dict[str, Any]:
     curves = result.series["residuals"]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, kind in zip(axes, ("covariance", "hessian"), strict=True):
-        for name in SETTINGS:
+        for name in networks.SETTINGS:
             for t, style in ((0, "-"), (steps, "--")):
                 rows = [
                     i
