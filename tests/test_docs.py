@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import paramsym
+from paramsym.experiments import registry
 from paramsym.experiments.registry import library_experiments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +123,10 @@ def check_curvature(outputs):
     assert float(symo_loss) < 0.1
 
 
+def check_reproducing(outputs):
+    assert outputs == [["last value 0.0625 True", "last value 0.25 False"]]
+
+
 def check_connectivity(outputs):
     (connectivity,) = outputs
     barrier_before, barrier_after, distance = map(float, connectivity[0].split())
@@ -137,11 +142,14 @@ CHECKS = {
     "guide/teleportation.md": check_teleportation,
     "guide/curvature.md": check_curvature,
     "guide/connectivity.md": check_connectivity,
+    "guide/reproducing.md": check_reproducing,
 }
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_examples(page, capsys):
+def test_page_examples(page, capsys, monkeypatch):
+    # a page may register an experiment: keep it out of the registry the other tests see
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     outputs = run_blocks(page, capsys)
     if page in CHECKS:
         CHECKS[page](outputs)

@@ -1,5 +1,6 @@
-"""Checks of the model an analysis is given: that it is an ``nn.Module`` at all, and that its
-forward is a deterministic function of the parameters.
+"""Checks of the model an analysis is given: that it is an ``nn.Module`` at all, that its
+forward is a deterministic function of the parameters, and what a module-by-module reading of
+an ``nn.Sequential`` would get wrong (:func:`chain_hazards`).
 
 The NTK, Hessian-vector products, Lanczos and teleportation all treat the model as a fixed
 function of its parameters. Dropout in training mode draws a new mask at every forward pass: two
@@ -10,10 +11,12 @@ module and says what to do.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from paramsym.errors import InvalidArgumentError
 
@@ -81,3 +84,60 @@ def check_input_dtype(x: Any, dtype: torch.dtype | None, where: str, name: str =
             f"{where}: {name} is {x.dtype} but the model's parameters are {dtype}; convert one "
             f"to the other ({name}.to({dtype}), or model.to({x.dtype}))"
         )
+
+
+HazardKind = Literal["reused_module", "shared_parameter", "parametrised_weight", "eval_batchnorm"]
+"""What makes the module-by-module reading of an ``nn.Sequential`` wrong (see
+:func:`chain_hazards`)."""
+
+
+@dataclass(frozen=True)
+class ChainHazard:
+    """One reason the module-by-module reading of an ``nn.Sequential`` is not exact."""
+
+    kind: HazardKind
+    message: str
+
+
+def chain_hazards(model: nn.Sequential) -> list[ChainHazard]:
+    """What the module-by-module reading of an ``nn.Sequential`` would get wrong: a module
+    object placed twice (``named_children`` lists it once, so the chain would skip a use), a
+    parameter shared by two modules, a parametrised weight (``weight_norm``: the parameters are
+    not the weight the forward uses), BatchNorm in evaluation mode with running statistics
+    (they must move with the channels). Empty when the chain reading is exact."""
+    hazards: list[ChainHazard] = []
+    seen: dict[int, str] = {}
+
+    def visit(seq: nn.Sequential, prefix: str) -> None:
+        for name, child in seq._modules.items():
+            if child is None:
+                continue
+            where = f"{prefix}{name}"
+            if id(child) in seen:
+                message = f"module '{where}' is the same object as '{seen[id(child)]}'"
+                hazards.append(ChainHazard("reused_module", message))
+                continue
+            seen[id(child)] = where
+            if isinstance(child, nn.Sequential):
+                visit(child, f"{where}.")
+
+    visit(model, "")
+    reused = bool(hazards)  # a reused module repeats its parameters: reported once, above
+    owners: dict[int, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in owners and not reused:
+            message = f"parameter '{name}' is shared with '{owners[id(parameter)]}'"
+            hazards.append(ChainHazard("shared_parameter", message))
+        owners.setdefault(id(parameter), name)
+    for name, module in model.named_modules():
+        if parametrize.is_parametrized(module):
+            message = f"module '{name}' has parametrised weights ({type(module).__name__})"
+            hazards.append(ChainHazard("parametrised_weight", message))
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and not module.training
+            and module.running_mean is not None
+        ):
+            message = f"BatchNorm '{name}' is in evaluation mode with running statistics"
+            hazards.append(ChainHazard("eval_batchnorm", message))
+    return hazards

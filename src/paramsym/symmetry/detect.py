@@ -32,9 +32,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils import parametrize
 
-from paramsym.core.model_checks import require_module
+from paramsym.core.model_checks import ChainHazard, chain_hazards, require_module
 from paramsym.core.params import check_finite
 from paramsym.errors import InvalidArgumentError, UnanalysedModuleWarning, UnsupportedModuleError
 from paramsym.symmetry.base import Symmetry
@@ -234,51 +233,12 @@ def _detect(
     return found, example_input
 
 
-def chain_hazards(model: nn.Sequential) -> list[str]:
-    """What the module-by-module reading of an ``nn.Sequential`` would get wrong: a module
-    object placed twice (``named_children`` lists it once, so the chain would skip a use), a
-    parameter shared by two modules, a parametrised weight (``weight_norm``: the parameters are
-    not the weight the forward uses), BatchNorm in evaluation mode with running statistics
-    (they must move with the channels). Empty when the chain reading is exact."""
-    hazards: list[str] = []
-    seen: dict[int, str] = {}
-
-    def visit(seq: nn.Sequential, prefix: str) -> None:
-        for name, child in seq._modules.items():
-            if child is None:
-                continue
-            where = f"{prefix}{name}"
-            if id(child) in seen:
-                hazards.append(f"module '{where}' is the same object as '{seen[id(child)]}'")
-                continue
-            seen[id(child)] = where
-            if isinstance(child, nn.Sequential):
-                visit(child, f"{where}.")
-
-    visit(model, "")
-    owners: dict[int, str] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in owners and not any("same object" in h for h in hazards):
-            hazards.append(f"parameter '{name}' is shared with '{owners[id(parameter)]}'")
-        owners.setdefault(id(parameter), name)
-    for name, module in model.named_modules():
-        if parametrize.is_parametrized(module):
-            hazards.append(f"module '{name}' has parametrised weights ({type(module).__name__})")
-        if (
-            isinstance(module, nn.modules.batchnorm._BatchNorm)
-            and not module.training
-            and module.running_mean is not None
-        ):
-            hazards.append(f"BatchNorm '{name}' is in evaluation mode with running statistics")
-    return hazards
-
-
-def _synthetic_input(model: nn.Sequential, hazards: list[str]) -> Tensor:
+def _synthetic_input(model: nn.Sequential, hazards: list[ChainHazard]) -> Tensor:
     """:func:`_linear_input`, or the error that asks for ``example_input``."""
     batch = _linear_input(model)
     if batch is None:
         raise InvalidArgumentError(
-            f"symmetries({type(model).__name__}): {hazards[0]}, which the module-by-module "
+            f"symmetries({type(model).__name__}): {hazards[0].message}, which the module-by-module "
             "reading of an nn.Sequential cannot see: pass example_input=<a batch the model "
             "accepts> to trace the forward"
         )

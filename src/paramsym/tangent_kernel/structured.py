@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.model_checks import chain_hazards
 from paramsym.errors import ParamsymWarning
 from paramsym.nn.layers import NTKLinear
 from paramsym.tangent_kernel.factorised import (
@@ -417,10 +418,9 @@ def statically_verified(model: nn.Module) -> bool:
     layer once, on batch-first inputs, with the layer's own weight, and never mixes samples;
     the probe is then skipped (it costs two forwards and a VJP)."""
     from paramsym.nn.activations import activation_spec
-    from paramsym.symmetry.detect import chain_hazards
 
     if not isinstance(model, nn.Sequential) or any(
-        "same object" in h or "shared" in h or "parametrised" in h for h in chain_hazards(model)
+        h.kind != "eval_batchnorm" for h in chain_hazards(model)
     ):
         return False
     for module in model.modules():
