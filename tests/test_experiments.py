@@ -373,6 +373,8 @@ QUICK_CLAIMS_HOLD = (
     "surrogate-spectrum",
     "factor-estimation",
     "architecture-catalogue",
+    "last-layer-curvature",
+    "symmetry-null-space",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",
@@ -390,6 +392,9 @@ QUICK_CLAIMS_REPORTED = (
     "symo-training",
     "teleport-cnn",
     "cnn-weight-matching",
+    "progressive-sharpening",
+    "gradient-subspace",
+    "noether-flow",
 )
 
 

@@ -54,6 +54,22 @@ class AutodiffError(ParamsymError, RuntimeError):
     """An automatic-differentiation method failed for a known reason; the message says why."""
 
 
+class EquivarianceError(ParamsymError, ValueError):
+    """A transformation given as an equivariance is not one: the sanity check
+    f(T(θ, g)) = S(f(θ), g) failed at g₀ or at a random g (the message gives the measured
+    relative residual), or a discrete transformation does not leave the model unchanged."""
+
+
+class NotAGoodPositionError(ParamsymError, ValueError):
+    """(θ, g) is not a good position of an equivariance (seed 003, Def. 1): A = ∂_θT(θ, g) or
+    C = ∂_yS(f(θ), g) is singular (or the solve for J = A⁻¹B, K = C⁻¹D did not converge)."""
+
+
+class FixedPointError(ParamsymError, ValueError):
+    """A discrete-symmetry identity (seed 003, Thm. 2) was asked for at a point that is not
+    on the fixed set T(θ) = θ; the message says how far off and how to project."""
+
+
 class ParamsymWarning(UserWarning):
     """Base class of paramsym's warnings."""
 
@@ -79,3 +95,14 @@ class ApproximateConservationWarning(ParamsymWarning):
 
 class NotConvergedWarning(ParamsymWarning):
     """An iterative method stopped before reaching its tolerance; the result is approximate."""
+
+
+class NonSmoothWarning(ParamsymWarning):
+    """The model is not twice differentiable at the point analysed (a ReLU-type activation
+    receives inputs exactly at its kink), so second-order identities need not hold there."""
+
+
+class ApproximateEquivarianceWarning(ParamsymWarning):
+    """A transformation labelled approximate (``exact=False``, e.g. normalisation-layer scale
+    invariance with eps > 0) failed the equivariance sanity check by the measured residual; the
+    identities are reported anyway and hold only approximately."""

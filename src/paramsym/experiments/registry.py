@@ -294,6 +294,11 @@ LIBRARY_MODULES = (
     "paramsym.experiments.architectures",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
+    "paramsym.experiments.equivariance.sharpening",
+    "paramsym.experiments.equivariance.subspace",
+    "paramsym.experiments.equivariance.last_layer",
+    "paramsym.experiments.equivariance.noether_flow",
+    "paramsym.experiments.equivariance.null_space",
 )
 """Modules whose import registers the library's experiments (one module per seed, or per figure
 where a seed's experiments are split into a subpackage)."""

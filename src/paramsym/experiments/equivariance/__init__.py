@@ -1,0 +1,1 @@
+"""Experiments of seed 003 ("An Equivariance Toolbox for Learning Dynamics")."""
