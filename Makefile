@@ -72,6 +72,7 @@ bench: $(VENV)/.bench $(NT_VENV)/.installed
 	$(BIN)/python benchmarks/bench_connectivity.py --out benchmarks/results/connectivity.json
 	$(BIN)/python benchmarks/bench_symo.py --out benchmarks/results/symo.json
 	$(BIN)/python benchmarks/bench_detect.py --out benchmarks/results/detect.json
+	$(BIN)/python benchmarks/bench_equivariance.py --out benchmarks/results/equivariance.json
 
 $(NT_VENV)/.installed:
 	test -x $(NT_VENV)/bin/python || $(PYTHON) -m venv $(NT_VENV)

@@ -7,10 +7,13 @@ round-robin (``timing.round_robin``):
 
 * **gradient**: one forward and backward, ``loss.backward()`` on the model (the unit);
 * **symmetry** (S = id): a user-defined one-parameter rescaling of the first hidden layer,
-  T(θ, g) = (e^g W₁, e^g b₁, e^{−g} W₂, …), through ``ps.check_identities(...,
-  identities=("item1", "item2a"), sanity=False)``; target ≤ 3.5 gradients;
+  T(θ, g) = (e^g W₁, e^g b₁, e^{−g} W₂, …) with its generator in closed form (``tangent=``),
+  through ``ps.check_identities(..., identities=("item1", "item2a"), sanity=False)``; target
+  ≤ 3.5 gradients; ``symmetry_without_tangent``: the same T alone (J from a backward pass
+  through T);
 * **equivariance** (S ≠ id): ``ps.equivariance.homogeneity(model)`` (T = e^g θ with the l-th
   bias scaled by e^{lg}, S = e^{3g} y), the same call; target ≤ 4 gradients;
+  ``equivariance_fused``: with ``fused=True`` (the output-side VJP folded into the HVP);
 * **references**: one Hessian-vector product by double backward, and one by
   ``torch.func.jvp(grad)`` (forward over reverse), to place the check between them.
 
@@ -59,15 +62,22 @@ def _problem(
     return model, mean_squared_error, batch
 
 
-def layer_rescaling(model: nn.Module) -> ps.Equivariance:
+def layer_rescaling(with_tangent: bool) -> ps.Equivariance:
     """Rescale the first hidden layer's neurons together: a one-generator symmetry of a ReLU
-    net (incoming weight and bias by e^g, outgoing weight by e^{−g})."""
+    net (incoming weight and bias by e^g, outgoing weight by e^{−g}), written as a user would;
+    ``with_tangent`` also gives its generator in closed form (as the catalogue's and the
+    built-ins' equivariances do), which spares the check one backward pass through T."""
     powers = {"0.weight": 1.0, "0.bias": 1.0, "2.weight": -1.0}
 
     def transform(params: dict[str, Tensor], g: Tensor) -> dict[str, Tensor]:
         return {k: t * (powers[k] * g[0]).exp() if k in powers else t for k, t in params.items()}
 
-    return ps.Equivariance(transform, dim=1, name="rescaling[0->2]")
+    def tangent(params: dict[str, Tensor], xi: Tensor) -> dict[str, Tensor]:
+        return {k: powers[k] * xi[0] * t for k, t in params.items() if k in powers}
+
+    return ps.Equivariance(
+        transform, dim=1, name="rescaling[0->2]", tangent=tangent if with_tangent else None
+    )
 
 
 def _timed_pieces(
@@ -75,15 +85,21 @@ def _timed_pieces(
 ) -> dict[str, Callable[[], Any]]:
     params = dict(model.named_parameters())
     vector = {k: torch.randn_like(t) for k, t in params.items()}
-    symmetry, equivariance = layer_rescaling(model), ps.equivariance.homogeneity(model)
+    homogeneity = ps.equivariance.homogeneity(model)
 
     def gradient() -> None:
         model.zero_grad()
         loss_fn(model(batch[0]), batch[1]).backward()
 
-    def check(transformation: Any) -> Callable[[], Any]:
+    def check(transformation: Any, **options: Any) -> Callable[[], Any]:
         return lambda: ps.check_identities(
-            model, loss_fn, batch, transformation, identities=("item1", "item2a"), sanity=False
+            model,
+            loss_fn,
+            batch,
+            transformation,
+            identities=("item1", "item2a"),
+            sanity=False,
+            **options,
         )
 
     def hvp_double_backward() -> None:
@@ -94,8 +110,10 @@ def _timed_pieces(
 
     return {
         "gradient": gradient,
-        "symmetry": check(symmetry),
-        "equivariance": check(equivariance),
+        "symmetry": check(layer_rescaling(with_tangent=True)),
+        "symmetry_without_tangent": check(layer_rescaling(with_tangent=False)),
+        "equivariance": check(homogeneity),
+        "equivariance_fused": check(homogeneity, fused=True),
         "hvp_double_backward": hvp_double_backward,
         "hvp_forward_over_reverse": hvp_forward_over_reverse,
     }

@@ -123,6 +123,15 @@ def check_curvature(outputs):
     assert float(symo_loss) < 0.1
 
 
+def check_equivariance(outputs):
+    user_defined, applications = outputs
+    assert user_defined == [
+        "True ['consistency', 'item1', 'item2a', 'item2b_gg', 'item2b_mixed']",
+        "EquivarianceError",
+    ]
+    assert applications == ["3 True True", "21 True"]
+
+
 def check_reproducing(outputs):
     assert outputs == [["last value 0.0625 True", "last value 0.25 False"]]
 
@@ -143,6 +152,7 @@ CHECKS = {
     "guide/curvature.md": check_curvature,
     "guide/connectivity.md": check_connectivity,
     "guide/reproducing.md": check_reproducing,
+    "guide/equivariance.md": check_equivariance,
 }
 
 
