@@ -84,6 +84,7 @@ class KinkDetector(TorchFunctionMode):
 
 
 def unpack_batch(batch: Any, where: str) -> tuple[Any, Tensor]:
+    """``(x, y)`` from a batch, or an :class:`~paramsym.errors.InvalidArgumentError`."""
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         raise InvalidArgumentError(
             f"{where}: batch must be an (inputs, targets) tuple, got {type(batch).__name__}"
@@ -92,6 +93,7 @@ def unpack_batch(batch: Any, where: str) -> tuple[Any, Tensor]:
 
 
 def scalar_loss(loss_fn: LossFn, output: Tensor, target: Tensor, where: str) -> Tensor:
+    """``loss_fn(output, target)`` as a 0-d tensor, or an error saying how to make it one."""
     loss = loss_fn(output, target)
     if not isinstance(loss, Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__

@@ -44,31 +44,11 @@ from paramsym.core.backends import differentiable_attention
 from paramsym.core.model_checks import check_deterministic, check_input_dtype, require_module
 from paramsym.core.params import Params, check_finite, functional_call, resolve_trainable
 from paramsym.curvature import lanczos
+from paramsym.equivariance.forward import scalar_loss, unpack_batch
 from paramsym.errors import InvalidArgumentError, NotConvergedWarning
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Batch = tuple[Any, Tensor]
-
-
-def unpack_batch(batch: Any, where: str) -> tuple[Any, Tensor]:
-    """``(x, y)`` from a batch, or an :class:`~paramsym.errors.InvalidArgumentError`."""
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        raise InvalidArgumentError(
-            f"{where}: batch must be an (inputs, targets) tuple, got {type(batch).__name__}"
-        )
-    return batch[0], batch[1]
-
-
-def scalar_loss(loss_fn: LossFn, output: Tensor, target: Tensor, where: str) -> Tensor:
-    """``loss_fn(output, target)`` as a 0-d tensor, or an error saying how to make it one."""
-    loss = loss_fn(output, target)
-    if not isinstance(loss, Tensor) or loss.numel() != 1:
-        shape = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-        raise InvalidArgumentError(
-            f"{where}: loss_fn must return a scalar tensor, got {shape}; use reduction='mean' "
-            "or 'sum'"
-        )
-    return loss.reshape(())
 
 
 def relative_residual(difference: float, scale: float) -> float:
