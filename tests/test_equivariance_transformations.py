@@ -370,3 +370,19 @@ def test_kink_detector_sees_modules_and_functions():
     with KinkDetector() as quiet:
         ps.mlp([2, 3, 1], activation="relu", seed=0)(torch.randn(4, 2))
     assert quiet.hits == 0
+
+
+def test_a_non_finite_output_is_a_named_error():
+    """At the fixed point of a channel swap inside a 2-channel GroupNorm group with eps = 0 the
+    group's variance is 0 and f is NaN: a named error, not inf residuals."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(3, 4), nn.GroupNorm(2, 4, eps=0.0), nn.Tanh(), nn.Linear(4, 2)
+    ).double()
+    x = torch.randn(6, 3, dtype=torch.float64)
+    batch = (x, torch.randn(6, 2, dtype=torch.float64))
+    swaps = [s for s in ps.symmetries(model, example_input=x) if s.family == "permutation"]
+    flip = ps.DiscreteSymmetry.from_symmetry(swaps[0], torch.tensor([1, 0]))
+    point = flip.project(ps.params_of(model))
+    with pytest.raises(ps.NonFiniteError, match="NaN or infinite entries"):
+        ps.check_identities(model, nn.MSELoss(), batch, flip, params=point)

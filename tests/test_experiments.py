@@ -375,6 +375,7 @@ QUICK_CLAIMS_HOLD = (
     "architecture-catalogue",
     "last-layer-curvature",
     "symmetry-null-space",
+    "equivariance-identities",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",

@@ -32,7 +32,7 @@ from paramsym.core.params import (
     functional_call,
     resolve_trainable,
 )
-from paramsym.errors import InvalidArgumentError, NonSmoothWarning
+from paramsym.errors import InvalidArgumentError, NonFiniteError, NonSmoothWarning
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -131,6 +131,12 @@ def model_output(model: nn.Module, params: Mapping[str, Tensor], x: Any, where: 
             f"{where}: the model returns {type(y).__name__}, not a tensor; the identities need "
             "f(θ) as one tensor (wrap the model so that its forward returns the output used by "
             "the loss)"
+        )
+    if not bool(torch.isfinite(y).all()):
+        raise NonFiniteError(
+            f"{where}: f(θ) has NaN or infinite entries at these parameters, so no identity can "
+            "be checked there (e.g. a normalisation layer with eps = 0 over a group whose "
+            "features are all equal)"
         )
     return y
 

@@ -294,6 +294,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.architectures",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
+    "paramsym.experiments.equivariance.identities",
     "paramsym.experiments.equivariance.sharpening",
     "paramsym.experiments.equivariance.subspace",
     "paramsym.experiments.equivariance.last_layer",
