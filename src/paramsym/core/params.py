@@ -74,7 +74,7 @@ def stateless_call(
             for entries, own in ((module._parameters, parameters), (module._buffers, buffers)):
                 for name, tensor in own.items():
                     if entries.get(name) is not tensor:
-                        entries[name] = tensor
+                        entries[name] = tensor  # type: ignore[assignment]
 
 
 def functional_call(

@@ -356,9 +356,11 @@ def _noisy_sinusoid(
         "seed": int(seed),
         "source": "seed 004 §E1",
     }
-    tensors = (x_train, y_train, x_test, f(x_test))
+    x_train, y_train, x_test, y_test = (
+        t.to(out_dtype) for t in (x_train, y_train, x_test, f(x_test))
+    )
     return Dataset(
-        f"{name}/{target}", *(t.to(out_dtype) for t in tensors), "regression", None, metadata
+        f"{name}/{target}", x_train, y_train, x_test, y_test, "regression", None, metadata
     )
 
 
