@@ -166,7 +166,9 @@ def householder_frame(z: Tensor) -> Tensor:
     ``R_z = |z| (I − 2uuᵀ/‖u‖²)`` with ``u = z/|z| − e₁``; the first entry of u is computed as
     ``−Σ_{i>1} v_i² / (1 + v_1)`` to avoid cancellation. At z ∝ +e₁ (u = 0) it is ``|z| I``.
     """
-    radius = torch.linalg.vector_norm(z)
+    # not vector_norm: reverse mode through its forward-over-forward derivative fails
+    # (in-place error, torch 2.13), which the orbit curvature objective needs
+    radius = torch.sqrt((z * z).sum())
     v = z / radius
     eye = torch.eye(z.numel(), dtype=z.dtype, device=z.device)
     tail = (v[1:] ** 2).sum()

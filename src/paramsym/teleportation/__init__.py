@@ -1,5 +1,6 @@
 """Symmetry teleportation (dissertation ch. 4-5, seed 000): objectives, the engine, optimizer
-integration, the generalized per-weight scaling, and a symmetry-free level-set baseline."""
+integration, sharpness and orbit curvature (ch. 5), the generalized per-weight scaling, and a
+symmetry-free level-set baseline."""
 
 from paramsym.teleportation.engine import (
     TeleportConfig,
@@ -9,11 +10,32 @@ from paramsym.teleportation.engine import (
     default_symmetries,
     teleport,
 )
+from paramsym.teleportation.flatness import (
+    TEXT_RADII,
+    Sharpness,
+    sharpness,
+    sharpness_directions,
+)
 from paramsym.teleportation.generalized import (
     GeneralizedScaling,
     ScaledModel,
     ScalingFit,
     fit_scales,
+)
+from paramsym.teleportation.learned import (
+    METHODS,
+    LearnedStep,
+    LearnedTeleportConfig,
+    LearnedTeleporter,
+    MetaState,
+)
+from paramsym.teleportation.learned_tasks import (
+    LearnedRun,
+    MetaTask,
+    MetaTrainResult,
+    batch_actions,
+    regression_task,
+    steps_to_threshold,
 )
 from paramsym.teleportation.levelset import LevelSetResult, level_set_teleport
 from paramsym.teleportation.objectives import (
@@ -24,6 +46,12 @@ from paramsym.teleportation.objectives import (
     PreconditionedGradNorm,
     TeleportContext,
     resolve_objective,
+)
+from paramsym.teleportation.orbit_geometry import (
+    Curvature,
+    mean_orbit_curvature,
+    orbit_curvature,
+    random_algebra_elements,
 )
 from paramsym.teleportation.schedule import Schedule
 from paramsym.teleportation.teleporter import (
@@ -41,17 +69,28 @@ from paramsym.teleportation.theory import (
 
 __all__ = [
     "FIRST_MOMENTS",
+    "METHODS",
     "SECOND_MOMENTS",
+    "TEXT_RADII",
+    "Curvature",
     "FunctionObjective",
     "GeneralizedScaling",
     "GradNorm",
+    "LearnedRun",
+    "LearnedStep",
+    "LearnedTeleportConfig",
+    "LearnedTeleporter",
     "LevelSetResult",
     "LossAlignment",
+    "MetaState",
+    "MetaTask",
+    "MetaTrainResult",
     "Objective",
     "PreconditionedGradNorm",
     "ScaledModel",
     "ScalingFit",
     "Schedule",
+    "Sharpness",
     "StatePolicy",
     "TeleportConfig",
     "TeleportContext",
@@ -60,12 +99,20 @@ __all__ = [
     "TeleportResult",
     "TeleportStep",
     "Teleporter",
+    "batch_actions",
     "default_symmetries",
     "fit_scales",
     "gradient_hessian_cosine",
     "level_set_teleport",
     "lie_bracket_identity",
+    "mean_orbit_curvature",
     "newton_cosine",
+    "orbit_curvature",
+    "random_algebra_elements",
+    "regression_task",
     "resolve_objective",
+    "sharpness",
+    "sharpness_directions",
+    "steps_to_threshold",
     "teleport",
 ]

@@ -149,6 +149,7 @@ class TeleportConfig:
     max_shrinks: int = 8
     allow_approximate: bool = False
     keep_worse: bool = False
+    ascend: bool = True
 
     def options(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -486,6 +487,7 @@ def teleport(
     keep_worse: bool = False,
     covectors: Sequence[Mapping[str, Tensor]] = (),
     update_model: bool = True,
+    ascend: bool = True,
 ) -> TeleportResult:
     """Teleport ``model`` along its symmetries to improve ``objective`` on ``batch``.
 
@@ -499,6 +501,9 @@ def teleport(
         objective: ``"grad_norm"`` (‖∇L‖²), ``"preconditioned_grad_norm"`` (needs
             ``optimizer``), ``"loss_alignment"``, an :class:`Objective`, or a callable
             ``fn(model, params, loss_fn, batch, optimizer) -> scalar`` (maximised).
+            ``"sharpness"`` (φ, Eq. 5.1) and ``"curvature"`` (ψ, Eq. 5.2) use their defaults;
+            configure them through :class:`~paramsym.teleportation.Sharpness` /
+            :class:`~paramsym.teleportation.Curvature` (radii, directions, k, generator).
         steps, lr: ascent steps on the Lie-algebra coordinates and their learning rate.
         params: the starting point (default the model's parameters).
         optimizer: for objectives that read optimizer state.
@@ -527,6 +532,12 @@ def teleport(
             (``keep_worse=True``).
         covectors: params dicts (e.g. momentum buffers) to transport as covectors.
         update_model: write the final parameters into ``model`` (in place).
+        ascend: move the objective in its own direction (``True``, the default for every
+            objective: up for all built-ins, as Algorithm 1 does for ‖∇L‖²) or against it
+            (``False``: minimise, Algorithm 2's "−η for decreasing curvature"). An objective
+            that minimises itself (``FunctionObjective(maximize=False)``) is maximised by
+            ``ascend=False``. The "no improvement" undo and ``max_objective`` follow the
+            chosen direction.
 
     Returns:
         A :class:`TeleportResult`. The model is changed only after the teleport succeeded.
@@ -544,6 +555,7 @@ def teleport(
             model, loss_fn, batch, symmetries, objective, steps, lr, params, optimizer,
             parameterization, line_search, max_objective, max_step_norm, max_loss_drift,
             on_drift, max_shrinks, allow_approximate, keep_worse, covectors, update_model,
+            ascend,
         )  # fmt: skip
 
 
@@ -568,6 +580,7 @@ def _teleport(
     keep_worse: bool,
     covectors: Sequence[Mapping[str, Tensor]],
     update_model: bool,
+    ascend: bool = True,
 ) -> TeleportResult:
     """The body of :func:`teleport` (arguments as there, already checked)."""
     start = time.perf_counter()
@@ -577,7 +590,8 @@ def _teleport(
     goal = resolve_objective(objective, optimizer=optimizer, model=model)
     orbit = _Orbit(chosen, batch[0], parameterization, theta)
     _check_exactness(chosen, theta, batch[0], allow_approximate)
-    sign = 1.0 if goal.maximize else -1.0
+    goal.start(chosen, theta, batch)  # objectives with random directions draw them once here
+    sign = (1.0 if goal.maximize else -1.0) * (1.0 if ascend else -1.0)
 
     start_point = _evaluate(model, theta, loss_fn, batch, goal, optimizer, with_grad_norm=True)
     evaluations = 1

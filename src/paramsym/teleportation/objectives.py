@@ -17,25 +17,32 @@ Built in (dissertation ch. 4-5, seed 000):
 ``"loss_alignment"`` (:class:`LossAlignment`)
     Seed 000's A = η‖∇L‖²/‖∂L/∂F‖² (Eq. 28 with Prop 5.1). On a function-preserving orbit
     ∂L/∂F is constant, so it ranks points exactly like ‖∇L‖².
+``"sharpness"`` (:class:`~paramsym.teleportation.Sharpness`)
+    φ(θ, T, D) of Eq. 5.1, the mean loss along random unit directions (fixed per teleport).
+``"curvature"`` (:class:`~paramsym.teleportation.Curvature`)
+    ψ(θ, k) of Eq. 5.2, the mean curvature of k random orbit curves (fixed per teleport).
 A callable ``fn(model, params, loss_fn, batch, optimizer) -> Tensor`` (:class:`FunctionObjective`)
     Anything differentiable in ``params``.
 
-The engine assumes nothing beyond differentiability; sharpness and curvature objectives plug in
-the same way.
+The engine assumes nothing beyond differentiability. Every built-in objective is maximised by
+default; ``teleport(..., ascend=False)`` minimises it (Algorithm 2's descent).
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from paramsym.core.params import Params, functional_call
 from paramsym.errors import InvalidArgumentError, MissingParameterError
+
+if TYPE_CHECKING:
+    from paramsym.symmetry.base import Symmetry
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Batch = tuple[Any, Any]
@@ -123,6 +130,15 @@ class Objective(abc.ABC):
     @abc.abstractmethod
     def __call__(self, context: TeleportContext) -> Tensor:
         """The objective's value, differentiable in ``context.params``."""
+
+    def start(
+        self, symmetries: Sequence[Symmetry], params: Mapping[str, Tensor], batch: Batch
+    ) -> None:
+        """Called once at the start of each teleport, before any evaluation: objectives that
+        draw random directions (:class:`~paramsym.teleportation.Sharpness`,
+        :class:`~paramsym.teleportation.Curvature`) draw them here and hold them through the
+        teleport's steps. The default does nothing."""
+        return None
 
 
 class GradNorm(Objective):
@@ -278,6 +294,11 @@ def resolve_objective(
             return GradNorm()
         if objective == "loss_alignment":
             return LossAlignment()
+        if objective in ("sharpness", "curvature"):
+            from paramsym.teleportation.flatness import Sharpness
+            from paramsym.teleportation.orbit_geometry import Curvature
+
+            return Sharpness() if objective == "sharpness" else Curvature()
         if objective == "preconditioned_grad_norm":
             if optimizer is None or model is None:
                 raise InvalidArgumentError(
@@ -287,7 +308,8 @@ def resolve_objective(
             return PreconditionedGradNorm.from_optimizer(optimizer, model)
         raise InvalidArgumentError(
             f"teleport: unknown objective {objective!r}; use 'grad_norm', "
-            "'preconditioned_grad_norm', 'loss_alignment', an Objective or a callable"
+            "'preconditioned_grad_norm', 'loss_alignment', 'sharpness', 'curvature', an "
+            "Objective or a callable"
         )
     if callable(objective):
         return FunctionObjective(objective)
