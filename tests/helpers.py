@@ -106,3 +106,30 @@ def reduce_kernel(full: torch.Tensor, mode: str) -> torch.Tensor:
         return full
     diagonal = torch.diagonal(full, dim1=2, dim2=3)
     return diagonal if mode == "diagonal" else diagonal.sum(-1)
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed``."""
+    return torch.Generator().manual_seed(seed)
+
+
+def random_mlp(activation: str, widths=(4, 6, 6, 3), seed: int = 0) -> torch.nn.Sequential:
+    """A float64 ``ps.mlp`` with weights drawn by :func:`randomize_` (away from any symmetric
+    point)."""
+    import paramsym as ps
+
+    model = ps.mlp(list(widths), activation, dtype=torch.float64)
+    randomize_(model, seeded(seed))
+    return model
+
+
+def random_batch(n: int, inputs: int = 4, outputs: int = 3, seed: int = 1, classes: bool = False):
+    """A float64 batch ``(x, y)``: Gaussian targets, or class labels with ``classes``."""
+    g = seeded(seed)
+    x = torch.randn(n, inputs, generator=g, dtype=torch.float64)
+    y = (
+        torch.randint(0, outputs, (n,), generator=g)
+        if classes
+        else torch.randn(n, outputs, generator=g, dtype=torch.float64)
+    )
+    return x, y

@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 import paramsym as ps
-from helpers import randomize_
+from helpers import random_batch, random_mlp, randomize_, seeded
 from paramsym.landscapes import Booth, Quadratic, Rosenbrock, value_loss
 from paramsym.teleportation import (
     FunctionObjective,
@@ -38,27 +38,6 @@ from paramsym.teleportation import (
 from paramsym.teleportation.engine import _evaluate, _Orbit
 
 F64 = torch.float64
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _mlp(activation: str, widths=(4, 6, 6, 3), seed: int = 0) -> nn.Sequential:
-    model = ps.mlp(list(widths), activation, dtype=F64)
-    randomize_(model, _gen(seed))
-    return model
-
-
-def _batch(n: int, inputs: int = 4, outputs: int = 3, seed: int = 1, classes: bool = False):
-    g = _gen(seed)
-    x = torch.randn(n, inputs, generator=g, dtype=F64)
-    y = (
-        torch.randint(0, outputs, (n,), generator=g)
-        if classes
-        else torch.randn(n, outputs, generator=g, dtype=F64)
-    )
-    return x, y
 
 
 def _token_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -83,8 +62,8 @@ def _cases() -> dict[str, Callable[[], Case]]:
     def transformer() -> Case:
         model = ps.nn.TinyTransformer(11, d_model=8, num_heads=2, num_layers=1, d_ff=8)
         model = model.double().eval()
-        randomize_(model, _gen(3), std=0.4)
-        g = _gen(4)
+        randomize_(model, seeded(3), std=0.4)
+        g = seeded(4)
         tokens = torch.randint(0, 11, (3, 5), generator=g)
         return Case(model, _token_loss, (tokens, torch.randint(0, 11, (3, 5), generator=g)), "")
 
@@ -92,35 +71,45 @@ def _cases() -> dict[str, Callable[[], Case]]:
         model = nn.Sequential(
             ps.nn.LoRALinear(4, 6, rank=2, dtype=F64), nn.Tanh(), nn.Linear(6, 3, dtype=F64)
         )
-        randomize_(model, _gen(5))
-        return Case(model, nn.MSELoss(), _batch(8), "low_rank_GL")
+        randomize_(model, seeded(5))
+        return Case(model, nn.MSELoss(), random_batch(8), "low_rank_GL")
 
     def scaled() -> Case:
         net = ps.mlp([4, 6, 3], "tanh", bias=False, dtype=F64)
-        randomize_(net, _gen(6))
-        return Case(ScaledModel(net), nn.MSELoss(), _batch(8), "generalized_scaling")
+        randomize_(net, seeded(6))
+        return Case(ScaledModel(net), nn.MSELoss(), random_batch(8), "generalized_scaling")
 
     return {
-        "rescaling": lambda: Case(_mlp("leaky_relu"), nn.MSELoss(), _batch(8), "rescaling"),
-        "GL": lambda: Case(_mlp("identity"), nn.MSELoss(), _batch(8), "GL"),
+        "rescaling": lambda: Case(
+            random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8), "rescaling"
+        ),
+        "GL": lambda: Case(random_mlp("identity"), nn.MSELoss(), random_batch(8), "GL"),
         "orthogonal": lambda: Case(
-            _mlp("radial"), nn.MSELoss(), _batch(8), "orthogonal", invariant_gradient=True
+            random_mlp("radial"),
+            nn.MSELoss(),
+            random_batch(8),
+            "orthogonal",
+            invariant_gradient=True,
         ),
         "translation": lambda: Case(
-            _mlp("relu"),
+            random_mlp("relu"),
             nn.CrossEntropyLoss(),
-            _batch(8, classes=True),
+            random_batch(8, classes=True),
             "translation",
             invariant_gradient=True,
         ),
         "nonlinear_GL": lambda: Case(
-            _mlp("tanh"), nn.MSELoss(), _batch(1), "nonlinear_GL", data_dependent=True
+            random_mlp("tanh"), nn.MSELoss(), random_batch(1), "nonlinear_GL", data_dependent=True
         ),
         "pinv_GL": lambda: Case(
-            _mlp("leaky_relu"), nn.MSELoss(), _batch(5), "pinv_GL", data_dependent=True
+            random_mlp("leaky_relu"), nn.MSELoss(), random_batch(5), "pinv_GL", data_dependent=True
         ),
         "inverse_GL": lambda: Case(
-            _mlp("leaky_relu"), nn.MSELoss(), _batch(5), "inverse_GL", data_dependent=True
+            random_mlp("leaky_relu"),
+            nn.MSELoss(),
+            random_batch(5),
+            "inverse_GL",
+            data_dependent=True,
         ),
         "attention_QK": lambda: _with_prefix(transformer(), "attention_QK"),
         "attention_VO": lambda: _with_prefix(transformer(), "attention_VO"),
@@ -157,8 +146,8 @@ CASES = _cases()
 
 def _fresh_inputs(family: str) -> torch.Tensor:
     if family.startswith("attention"):
-        return torch.randint(0, 11, (4, 5), generator=_gen(9))
-    return torch.randn(6, 4, generator=_gen(9), dtype=F64)
+        return torch.randint(0, 11, (4, 5), generator=seeded(9))
+    return torch.randn(6, 4, generator=seeded(9), dtype=F64)
 
 
 @pytest.mark.parametrize("family", sorted(CASES))
@@ -231,7 +220,7 @@ def test_ascent_gradient_equals_autograd_through_the_action(family):
 
 
 def _quadratic(seed: int = 0):
-    g = _gen(seed)
+    g = seeded(seed)
     q = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=F64))[0]
     eigenvalues = torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=F64)
     matrix = q @ torch.diag(eigenvalues) @ q.T
@@ -269,13 +258,13 @@ def test_converged_teleport_makes_the_gradient_a_hessian_eigenvector(landscape):
 
 def test_lie_bracket_identity():
     """[A, R]L = −A f for A = M∇L, M antisymmetric (Eq. 4.52), on three landscapes/models."""
-    g = _gen(2)
+    g = seeded(2)
     mlp = ps.mlp([2, 3, 1], "tanh", dtype=F64)
     randomize_(mlp, g)
     cases = [
         (Rosenbrock(torch.tensor([-1.0, 0.5], dtype=F64)), value_loss, (None, None)),
         (_quadratic()[0], value_loss, (None, None)),
-        (mlp, lambda out, y: ((out - y) ** 2).mean(), _batch(5, 2, 1)),
+        (mlp, lambda out, y: ((out - y) ** 2).mean(), random_batch(5, 2, 1)),
     ]
     for model, loss_fn, batch in cases:
         size = ps.flatten(ps.params_of(model)).numel()
@@ -288,8 +277,8 @@ def test_lie_bracket_identity():
 def test_covector_transport_is_the_gradient_at_the_new_point():
     """Prop 4.5.1: ∇L(g·θ) = J⁻ᵀ ∇L(θ); transporting ∇L(θ) gives the gradient after teleport."""
     cases = [
-        (_mlp("leaky_relu"), nn.MSELoss(), _batch(8), None),
-        (_mlp("identity"), nn.MSELoss(), _batch(8), None),
+        (random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8), None),
+        (random_mlp("identity"), nn.MSELoss(), random_batch(8), None),
         (Rosenbrock(torch.tensor([-1.0, -1.0], dtype=F64)), value_loss, (None, None), None),
     ]
     for model, loss_fn, batch, symmetries in cases:
@@ -321,7 +310,7 @@ def test_covector_transport_is_the_gradient_at_the_new_point():
 
 def test_loss_alignment_rises_in_the_ratio_of_the_gradient_norm():
     """Prop 5.1: f = ∂L/∂F is invariant on the orbit, so A ∝ ‖∇L‖² along it."""
-    model, loss_fn, batch = _mlp("relu"), nn.CrossEntropyLoss(), _batch(8, classes=True)
+    model, loss_fn, batch = random_mlp("relu"), nn.CrossEntropyLoss(), random_batch(8, classes=True)
     before = ps.loss_alignment(model, loss_fn, batch)
     result = teleport(
         model, loss_fn, batch, objective="loss_alignment", steps=5, lr=0.05, max_step_norm=0.2
@@ -345,7 +334,7 @@ def test_loss_alignment_rises_in_the_ratio_of_the_gradient_norm():
 def test_preconditioned_objective_is_the_optimizers_own_rate(make):
     """‖∇L‖²_A with A from the optimizer's state is lr⁻¹ times the first-order loss decrease
     of that optimizer's step (Eq. 5.7, with the optimizer's own ε and bias correction)."""
-    model, loss_fn, (x, y) = _mlp("leaky_relu"), nn.MSELoss(), _batch(8)
+    model, loss_fn, (x, y) = random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8)
     optimizer = make(model.parameters())
     for _ in range(3):
         optimizer.zero_grad()
@@ -376,19 +365,19 @@ def test_preconditioned_objective_is_the_optimizers_own_rate(make):
 
 
 def test_function_objective_and_descent():
-    model, loss_fn, batch = _mlp("leaky_relu"), nn.MSELoss(), _batch(8)
+    model, loss_fn, batch = random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8)
 
     def squared_gradient(model, params, loss_fn, batch, optimizer):
         loss = loss_fn(ps.functional_call(model, params, batch[0]), batch[1])
         grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
         return sum((g * g).sum() for g in grads)
 
-    reference = teleport(_mlp("leaky_relu"), loss_fn, batch, steps=3, lr=0.05)
+    reference = teleport(random_mlp("leaky_relu"), loss_fn, batch, steps=3, lr=0.05)
     result = teleport(model, loss_fn, batch, objective=squared_gradient, steps=3, lr=0.05)
     assert result.objective_after == pytest.approx(reference.objective_after, rel=1e-10)
     down = FunctionObjective(squared_gradient, maximize=False)
     lowered = teleport(
-        _mlp("leaky_relu"), loss_fn, batch, objective=down, steps=3, lr=0.05, line_search=True
+        random_mlp("leaky_relu"), loss_fn, batch, objective=down, steps=3, lr=0.05, line_search=True
     )
     assert lowered.objective_after < lowered.objective_before
 
@@ -397,9 +386,9 @@ def test_function_objective_and_descent():
 
 
 def test_first_order_parameterization_agrees_to_first_order_and_keeps_the_loss():
-    model, loss_fn, batch = _mlp("identity"), nn.MSELoss(), _batch(8)
+    model, loss_fn, batch = random_mlp("identity"), nn.MSELoss(), random_batch(8)
     options = {"steps": 1, "lr": 1e-7, "max_step_norm": None}
-    exp = teleport(_mlp("identity"), loss_fn, batch, **options)
+    exp = teleport(random_mlp("identity"), loss_fn, batch, **options)
     first = teleport(model, loss_fn, batch, **options, parameterization="first_order")
     assert first.loss_after == pytest.approx(first.loss_before, rel=1e-12)
     gain_exp, gain_first = (
@@ -413,20 +402,27 @@ def test_first_order_parameterization_agrees_to_first_order_and_keeps_the_loss()
 
 
 def test_caps_bounds_and_drift_policy():
-    loss_fn, batch = nn.MSELoss(), _batch(8)
-    two = teleport(_mlp("leaky_relu"), loss_fn, batch, steps=2, lr=0.01)
+    loss_fn, batch = nn.MSELoss(), random_batch(8)
+    two = teleport(random_mlp("leaky_relu"), loss_fn, batch, steps=2, lr=0.01)
     capped = teleport(
-        _mlp("leaky_relu"), loss_fn, batch, steps=10, lr=0.01, max_objective=two.objective_after
+        random_mlp("leaky_relu"),
+        loss_fn,
+        batch,
+        steps=10,
+        lr=0.01,
+        max_objective=two.objective_after,
     )
     assert capped.stopped == "max_objective"
     assert capped.steps == 2
-    bounded = teleport(_mlp("leaky_relu"), loss_fn, batch, steps=5, lr=0.5, max_step_norm=1e-3)
+    bounded = teleport(
+        random_mlp("leaky_relu"), loss_fn, batch, steps=5, lr=0.5, max_step_norm=1e-3
+    )
     assert all(step.step_norm <= 1e-3 * (1 + 1e-12) for step in bounded.history)
     # an approximate action (more samples than the hidden width) is refused by default and
     # leaves the model where it was; allowed, it warns and the loss guard stops it; with
     # on_drift='warn' the drifting steps are kept and reported
-    model = _mlp("leaky_relu")
-    wide_batch = _batch(12)
+    model = random_mlp("leaky_relu")
+    wide_batch = random_batch(12)
     pinv = [s for s in ps.symmetries(model, data_dependent=True) if s.name.startswith("pinv_GL")]
     before = ps.params_of(model)
     with pytest.raises(ps.InvalidArgumentError, match=r"not exact on this batch \(12 samples"):
@@ -460,7 +456,7 @@ def test_caps_bounds_and_drift_policy():
 
 
 def test_result_serialises_to_json():
-    result = teleport(_mlp("leaky_relu"), nn.MSELoss(), _batch(8), steps=2, lr=0.1)
+    result = teleport(random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8), steps=2, lr=0.1)
     data = json.loads(json.dumps(result.to_dict()))
     assert data["steps"] == 2
     assert len(data["history"]) == 2
@@ -477,7 +473,7 @@ def test_result_serialises_to_json():
 
 
 def test_bad_input_is_refused_and_leaves_the_model_untouched():
-    model, loss_fn, batch = _mlp("leaky_relu"), nn.MSELoss(), _batch(8)
+    model, loss_fn, batch = random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8)
     before = ps.params_of(model)
     discrete = [s for s in ps.symmetries(model) if s.dim == 0]
     with pytest.raises(ps.InvalidArgumentError, match="no continuous symmetry"):
@@ -499,10 +495,10 @@ def test_bad_input_is_refused_and_leaves_the_model_untouched():
     )
     with pytest.raises(ps.InvalidArgumentError, match=r"model\.eval"):
         teleport(dropout, loss_fn, batch)
-    other = [s for s in ps.symmetries(_mlp("leaky_relu", widths=(4, 5, 3))) if s.dim > 0]
+    other = [s for s in ps.symmetries(random_mlp("leaky_relu", widths=(4, 5, 3))) if s.dim > 0]
     with pytest.raises(ps.ShapeError, match="has shape"):
         teleport(model, loss_fn, batch, other)
-    tanh = _mlp("tanh")
+    tanh = random_mlp("tanh")
     with pytest.raises(ps.InvalidArgumentError, match="found no continuous symmetry"):
         teleport(tanh, nn.MSELoss(), batch)
     for k, v in ps.params_of(model).items():
@@ -514,12 +510,12 @@ def test_bad_input_is_refused_and_leaves_the_model_untouched():
 
 def test_generalized_scaling_is_a_function_symmetry_and_fit_matches_autograd():
     net = ps.mlp([4, 6, 3], "relu", bias=False, dtype=F64)
-    randomize_(net, _gen(7))
+    randomize_(net, seeded(7))
     scaled = ScaledModel(net)
-    x, y = _batch(8)
+    x, y = random_batch(8)
     assert torch.allclose(scaled(x), net(x), rtol=0, atol=0)
     (symmetry,) = ps.symmetries(scaled)
-    s = symmetry.sample(scale=0.3, generator=_gen(8), dtype=F64)
+    s = symmetry.sample(scale=0.3, generator=seeded(8), dtype=F64)
     moved = symmetry.act(ps.params_of(scaled), s)
     assert torch.allclose(ps.functional_call(scaled, moved, x), scaled(x), rtol=1e-12)
     outputs = scaled(x).detach()
@@ -573,7 +569,7 @@ def test_level_set_teleport_keeps_the_level_and_finds_the_top_eigenvector():
     w = f.w.detach()
     assert abs(float(w @ q[:, -1])) / float(w.norm()) == pytest.approx(1.0, abs=1e-8)
     assert result.grad_norm_after**2 == pytest.approx(4 * level * float(eigenvalues[-1]), rel=1e-8)
-    model, loss_fn, batch = _mlp("leaky_relu"), nn.MSELoss(), _batch(8)
+    model, loss_fn, batch = random_mlp("leaky_relu"), nn.MSELoss(), random_batch(8)
     mlp = level_set_teleport(model, loss_fn, batch, steps=10)
     assert mlp.grad_norm_after > mlp.grad_norm_before
     assert abs(mlp.loss_after - mlp.loss_before) <= 1e-4 * mlp.loss_before
@@ -592,8 +588,8 @@ def test_schedule():
 
 
 def _train(policy, optimizer_cls=torch.optim.SGD, steps=8, **optimizer_kwargs):
-    model = _mlp("leaky_relu")
-    x, y = _batch(32)
+    model = random_mlp("leaky_relu")
+    x, y = random_batch(32)
     batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
     optimizer = optimizer_cls(model.parameters(), **optimizer_kwargs)
     tele = Teleporter(
@@ -660,8 +656,8 @@ def test_state_policies():
 
 def test_transform_policy_transports_like_the_engine():
     """The Teleporter's transform equals teleport(covectors=[buffer]) on the same batch."""
-    model = _mlp("leaky_relu")
-    x, y = _batch(8)
+    model = random_mlp("leaky_relu")
+    x, y = random_batch(8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for _ in range(2):
         optimizer.zero_grad()
@@ -670,7 +666,7 @@ def test_transform_policy_transports_like_the_engine():
     buffers = {
         n: optimizer.state[p]["momentum_buffer"].clone() for n, p in model.named_parameters()
     }
-    twin = _mlp("leaky_relu")
+    twin = random_mlp("leaky_relu")
     twin.load_state_dict(model.state_dict())
     config = TeleportConfig(steps=3, lr=1e-3, max_step_norm=0.1)
     expected = teleport(twin, nn.MSELoss(), (x, y), covectors=[buffers], **config.options())
@@ -691,7 +687,7 @@ def test_transform_policy_transports_like_the_engine():
 
 
 def test_teleporter_bad_input():
-    model = _mlp("leaky_relu")
+    model = random_mlp("leaky_relu")
     with pytest.raises(ps.InvalidArgumentError, match="state_policy"):
         Teleporter(
             model, nn.MSELoss(), None, schedule=Schedule.never(), data=[], state_policy="move"
@@ -712,7 +708,7 @@ def test_teleporter_bad_input():
             return out
 
     optimizer = Custom(model.parameters(), lr=0.1, momentum=0.9)
-    x, y = _batch(8)
+    x, y = random_batch(8)
     optimizer.zero_grad()
     nn.MSELoss()(model(x), y).backward()
     optimizer.step()
@@ -739,7 +735,7 @@ def test_first_order_elements_match_the_derivative_of_exp(family):
     """Every family's closed-form I + ξ (parameterization="first_order") equals the
     identity plus the jvp of its exponential map."""
     for s in _symmetries(CASES[family]()):
-        xi = 0.1 * torch.randn(s.dim, generator=_gen(11), dtype=F64)
+        xi = 0.1 * torch.randn(s.dim, generator=seeded(11), dtype=F64)
         assert _max_element_error(s.linear_element(xi), ps.Symmetry.linear_element(s, xi)) <= 1e-14
 
 
@@ -749,7 +745,7 @@ def test_a_teleport_that_ends_worse_is_undone_unless_keep_worse():
     it: by default the model stays at the start (stopped="no_improvement"); keep_worse=True
     keeps the end point, as the paper's Algorithm 1 does."""
     model = ps.mlp([4, 16, 3], "leaky_relu", seed=0, dtype=F64)
-    g = _gen(0)
+    g = seeded(0)
     batch = (torch.randn(5, 4, generator=g, dtype=F64), torch.randn(5, 3, generator=g, dtype=F64))
     symmetries = [
         s for s in ps.symmetries(model, data_dependent=True) if s.name.startswith("pinv_GL")

@@ -13,32 +13,11 @@ import torch
 from torch import nn
 
 import paramsym as ps
-from helpers import randomize_
+from helpers import random_batch, random_mlp, seeded
 from paramsym.landscapes import Quadratic, value_loss
 from paramsym.teleportation import Curvature, Sharpness, sharpness_directions
 
 F64 = torch.float64
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _mlp(activation: str, widths=(4, 6, 6, 3), seed: int = 0) -> nn.Sequential:
-    model = ps.mlp(list(widths), activation, dtype=F64)
-    randomize_(model, _gen(seed))
-    return model
-
-
-def _batch(n: int, inputs: int = 4, outputs: int = 3, seed: int = 1, classes: bool = False):
-    g = _gen(seed)
-    x = torch.randn(n, inputs, generator=g, dtype=F64)
-    y = (
-        torch.randint(0, outputs, (n,), generator=g)
-        if classes
-        else torch.randn(n, outputs, generator=g, dtype=F64)
-    )
-    return x, y
 
 
 def _find(model: nn.Module, prefix: str, data_dependent: bool = False, loss_fn=None):
@@ -49,7 +28,7 @@ def _find(model: nn.Module, prefix: str, data_dependent: bool = False, loss_fn=N
 
 
 def _unit(dim: int, seed: int) -> torch.Tensor:
-    v = torch.randn(dim, generator=_gen(seed), dtype=F64)
+    v = torch.randn(dim, generator=seeded(seed), dtype=F64)
     return v / v.norm()
 
 
@@ -68,7 +47,7 @@ def test_circle_orbit_has_curvature_one_over_radius(scale):
 
 def test_straight_orbit_has_zero_curvature_and_finite_gradient():
     """The softmax translation is affine in θ: γ(t) = θ + tv, κ = 0, ∇_θκ finite."""
-    model = _mlp("relu")
+    model = random_mlp("relu")
     (s,) = _find(model, "translation", loss_fn=nn.CrossEntropyLoss())
     params = {k: v.detach().requires_grad_() for k, v in ps.params_of(model).items()}
     kappa = ps.orbit_curvature(model, s, _unit(s.dim, 3), params=params)
@@ -77,7 +56,7 @@ def test_straight_orbit_has_zero_curvature_and_finite_gradient():
         grads = torch.autograd.grad(kappa, list(params.values()), allow_unused=True)
         assert all(g is None or bool(torch.isfinite(g).all()) for g in grads)
     result = ps.teleport(
-        model, nn.CrossEntropyLoss(), _batch(8, classes=True), [s], "curvature", steps=2
+        model, nn.CrossEntropyLoss(), random_batch(8, classes=True), [s], "curvature", steps=2
     )
     assert math.isfinite(result.objective_after)
     assert result.objective_after == pytest.approx(0.0, abs=1e-10)
@@ -121,7 +100,7 @@ def test_curvature_gradient_is_finite_where_the_curve_is_straight():
 
 def test_stabiliser_direction_gives_zero():
     """γ′ = 0 (ξ fixes θ: a dead unit's rescaling) is defined as κ = 0."""
-    model = _mlp("leaky_relu")
+    model = random_mlp("leaky_relu")
     (s,) = [t for t in _find(model, "rescaling") if "0->2" in t.name or t.name.endswith("[0]")][:1]
     with torch.no_grad():
         model[0].weight[2].zero_()
@@ -168,8 +147,8 @@ def _fd_curvature(symmetries, xis, params, x) -> float:
     ],
 )
 def test_nested_derivatives_match_finite_differences(activation, prefix, n, pairs):
-    model = _mlp(activation)
-    x, _ = _batch(n)
+    model = random_mlp(activation)
+    x, _ = random_batch(n)
     symmetries = _find(model, prefix, data_dependent=True)[:pairs]
     assert len(symmetries) == pairs
     xis = [_unit(s.dim, 10 + i) for i, s in enumerate(symmetries)]
@@ -186,7 +165,7 @@ def test_nested_derivatives_match_finite_differences(activation, prefix, n, pair
 
 def test_curvature_gradient_matches_finite_differences():
     """∇_θκ (reverse over forward over forward) against central differences in θ."""
-    model = _mlp("leaky_relu")
+    model = random_mlp("leaky_relu")
     (s,) = _find(model, "rescaling")[:1]
     xi = _unit(s.dim, 4)
     theta = ps.params_of(model)
@@ -194,7 +173,7 @@ def test_curvature_gradient_matches_finite_differences():
     (grad,) = torch.autograd.grad(
         ps.orbit_curvature(model, s, xi, params=leaves), [leaves["0.weight"]]
     )
-    direction = torch.randn(theta["0.weight"].shape, generator=_gen(8), dtype=F64)
+    direction = torch.randn(theta["0.weight"].shape, generator=seeded(8), dtype=F64)
     h = 1e-5
 
     def at(c: float) -> float:
@@ -207,14 +186,14 @@ def test_curvature_gradient_matches_finite_differences():
 
 
 def test_mean_orbit_curvature_uses_unit_orthant_elements():
-    model = _mlp("leaky_relu")
+    model = random_mlp("leaky_relu")
     symmetries = _find(model, "rescaling")
-    elements = ps.teleportation.random_algebra_elements(symmetries, 3, _gen(0))
+    elements = ps.teleportation.random_algebra_elements(symmetries, 3, seeded(0))
     for xis in elements:
         for xi in xis:
             assert float(xi.norm()) == pytest.approx(1.0, abs=1e-12)
             assert bool((xi >= 0).all())
-    psi = ps.mean_orbit_curvature(model, symmetries, 3, _gen(0))
+    psi = ps.mean_orbit_curvature(model, symmetries, 3, seeded(0))
     direct = sum(float(ps.orbit_curvature(model, symmetries, xis)) for xis in elements) / 3
     assert float(psi) == pytest.approx(direct, rel=1e-12)
 
@@ -224,17 +203,17 @@ def test_mean_orbit_curvature_uses_unit_orthant_elements():
 
 @pytest.mark.parametrize("method", ["vmap", "loop"])
 def test_sharpness_and_gradient_match_the_explicit_average(method):
-    model = _mlp("tanh")
-    loss_fn, batch = nn.MSELoss(), _batch(6)
+    model = random_mlp("tanh")
+    loss_fn, batch = nn.MSELoss(), random_batch(6)
     radii = [0.05, 0.2]
     theta = ps.params_of(model)
     leaves = {k: v.clone().requires_grad_() for k, v in theta.items()}
-    value = ps.sharpness(model, loss_fn, batch, radii, 7, _gen(2), leaves, method=method)
+    value = ps.sharpness(model, loss_fn, batch, radii, 7, seeded(2), leaves, method=method)
     fast = torch.autograd.grad(value, list(leaves.values()))
 
     slow_leaves = {k: v.clone().requires_grad_() for k, v in theta.items()}
     total = 0.0
-    for d in sharpness_directions(theta, 7, _gen(2)):
+    for d in sharpness_directions(theta, 7, seeded(2)):
         assert math.sqrt(sum(float((t * t).sum()) for t in d.values())) == pytest.approx(1.0)
         for t in radii:
             moved = {k: slow_leaves[k] + t * d[k] for k in slow_leaves}
@@ -247,12 +226,12 @@ def test_sharpness_and_gradient_match_the_explicit_average(method):
 
 
 def test_sharpness_is_deterministic_per_generator_and_above_the_loss_at_a_minimum():
-    model = _mlp("identity", widths=(4, 3))
-    x, _ = _batch(10)
+    model = random_mlp("identity", widths=(4, 3))
+    x, _ = random_batch(10)
     with torch.no_grad():
         y = model(x)  # θ is a global minimum (L = 0): every perturbation raises the loss
-    a = ps.sharpness(model, nn.MSELoss(), (x, y), 0.1, 20, _gen(1))
-    b = ps.sharpness(model, nn.MSELoss(), (x, y), 0.1, 20, _gen(1))
+    a = ps.sharpness(model, nn.MSELoss(), (x, y), 0.1, 20, seeded(1))
+    b = ps.sharpness(model, nn.MSELoss(), (x, y), 0.1, 20, seeded(1))
     assert float(a) == float(b) > 0.0
 
 
@@ -267,10 +246,10 @@ def _curvature_of(model, symmetries, objective: Curvature, x) -> float:
 
 @pytest.mark.parametrize("ascend", [True, False])
 def test_curvature_teleport_moves_kappa_in_the_asked_direction(ascend):
-    model = _mlp("leaky_relu")
-    loss_fn, batch = nn.MSELoss(), _batch(8)
+    model = random_mlp("leaky_relu")
+    loss_fn, batch = nn.MSELoss(), random_batch(8)
     symmetries = _find(model, "rescaling")
-    objective = Curvature(k=2, generator=_gen(5))
+    objective = Curvature(k=2, generator=seeded(5))
     result = ps.teleport(
         model, loss_fn, batch, symmetries, objective, steps=5, lr=0.5, ascend=ascend,
         max_step_norm=0.5, max_loss_drift=1e-9,
@@ -287,11 +266,11 @@ def test_curvature_teleport_moves_kappa_in_the_asked_direction(ascend):
 
 
 def test_curvature_teleport_on_a_data_dependent_action():
-    model = _mlp("tanh")
-    loss_fn, batch = nn.MSELoss(), _batch(1)
+    model = random_mlp("tanh")
+    loss_fn, batch = nn.MSELoss(), random_batch(1)
     symmetries = _find(model, "nonlinear_GL", data_dependent=True)[:1]
     result = ps.teleport(
-        model, loss_fn, batch, symmetries, Curvature(generator=_gen(6)), steps=2, lr=0.1,
+        model, loss_fn, batch, symmetries, Curvature(generator=seeded(6)), steps=2, lr=0.1,
         max_step_norm=0.2, max_loss_drift=1e-8,
     )  # fmt: skip
     assert result.steps >= 1
@@ -301,9 +280,9 @@ def test_curvature_teleport_on_a_data_dependent_action():
 
 @pytest.mark.parametrize("ascend", [True, False])
 def test_sharpness_teleport_moves_phi_in_the_asked_direction(ascend):
-    model = _mlp("leaky_relu")
-    loss_fn, batch = nn.MSELoss(), _batch(8)
-    objective = Sharpness(radii=[0.1, 0.3], directions=8, generator=_gen(7))
+    model = random_mlp("leaky_relu")
+    loss_fn, batch = nn.MSELoss(), random_batch(8)
+    objective = Sharpness(radii=[0.1, 0.3], directions=8, generator=seeded(7))
     result = ps.teleport(
         model, loss_fn, batch, _find(model, "rescaling"), objective, steps=4, lr=0.5,
         ascend=ascend, max_step_norm=0.5, max_loss_drift=1e-9,
@@ -319,9 +298,9 @@ def test_sharpness_teleport_moves_phi_in_the_asked_direction(ascend):
 def test_objective_names_resolve():
     assert isinstance(ps.teleportation.resolve_objective("sharpness"), Sharpness)
     assert isinstance(ps.teleportation.resolve_objective("curvature"), Curvature)
-    model = _mlp("leaky_relu")
+    model = random_mlp("leaky_relu")
     result = ps.teleport(
-        model, nn.MSELoss(), _batch(8), _find(model, "rescaling"), "curvature", steps=1,
+        model, nn.MSELoss(), random_batch(8), _find(model, "rescaling"), "curvature", steps=1,
         lr=0.1, ascend=False,
     )  # fmt: skip
     assert result.objective == "curvature"
@@ -331,8 +310,8 @@ def test_objective_names_resolve():
 
 
 def test_bad_input_raises_clear_errors():
-    model = _mlp("leaky_relu")
-    batch = _batch(4)
+    model = random_mlp("leaky_relu")
+    batch = random_batch(4)
     discrete = [s for s in ps.symmetries(model) if s.dim == 0]
     assert discrete
     with pytest.raises(ps.InvalidArgumentError, match="continuous"):
@@ -357,9 +336,9 @@ def test_bad_input_raises_clear_errors():
     s = _find(model, "rescaling")[0]
     with pytest.raises(ps.InvalidArgumentError, match="one algebra element per symmetry"):
         ps.orbit_curvature(model, [s], [])
-    data = _find(_mlp("tanh"), "nonlinear_GL", data_dependent=True)[0]
+    data = _find(random_mlp("tanh"), "nonlinear_GL", data_dependent=True)[0]
     with pytest.raises(ps.InvalidArgumentError, match="pass the batch"):
-        ps.orbit_curvature(_mlp("tanh"), data, _unit(data.dim, 0))
+        ps.orbit_curvature(random_mlp("tanh"), data, _unit(data.dim, 0))
     with pytest.raises(ps.InvalidArgumentError, match="distribution"):
         ps.sharpness(model, nn.MSELoss(), batch, 0.1, distribution="cube")  # type: ignore[arg-type]
     quadratic = Quadratic(torch.eye(2, dtype=F64), torch.ones(2, dtype=F64))
