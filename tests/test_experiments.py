@@ -376,6 +376,7 @@ QUICK_CLAIMS_HOLD = (
     "last-layer-curvature",
     "symmetry-null-space",
     "equivariance-identities",
+    "curvature-intuition",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",
