@@ -397,6 +397,7 @@ QUICK_CLAIMS_REPORTED = (
     "progressive-sharpening",
     "gradient-subspace",
     "noether-flow",
+    "sharpness-curvature-correlation",
 )
 
 
