@@ -154,7 +154,7 @@ def list_lines(
     heading per seed paper."""
     width = max(40, min(width, LIST_MAX_WIDTH))
     groups = registry.by_paper(experiments)
-    name_w = min(max((len(e.name) for e in experiments), default=4), width // 3)
+    name_w = min(max((len(e.name) for e in experiments), default=4), width * 2 // 5)
     claims_w, time_w = 6, 6
     rest = width - 2 - name_w - claims_w - time_w - 4
     data_w = max(6, min(22, rest * 2 // 5))
