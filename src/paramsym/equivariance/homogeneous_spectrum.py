@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.params import flatten
-from paramsym.curvature import HessianOperator, lanczos
+from paramsym.curvature import EigenResult, HessianOperator, lanczos
 from paramsym.equivariance.homogeneous_nets import resolve_degree
 from paramsym.equivariance.stacked import (
     ApplicationResult,
@@ -79,6 +79,30 @@ class SharpnessBound(ApplicationResult):
         return ("formula_residual",)
 
 
+def _top_eigenpairs(
+    operator: HessianOperator,
+    k: int,
+    tol: float,
+    max_iter: int | None,
+    generator: torch.Generator | int | None,
+    *,
+    vectors: bool,
+) -> EigenResult:
+    """The k largest eigenvalues of H (and their eigenvectors) by Lanczos on ``operator``."""
+    return lanczos(
+        operator.matvec,
+        operator.shape[0],
+        k,
+        which="largest",
+        tol=tol,
+        max_iter=max_iter,
+        generator=generator,
+        dtype=operator.dtype,
+        device=operator.device,
+        return_eigenvectors=vectors,
+    )
+
+
 def sharpness_bound(
     model: nn.Module,
     loss_fn: LossFn,
@@ -120,17 +144,7 @@ def sharpness_bound(
         + m * m * vector_norm(f) * vector_norm(ell_f)
         + m * abs(m - 1) * vector_norm(grad_ell) * vector_norm(f)
     )
-    top = lanczos(
-        operator.matvec,
-        operator.shape[0],
-        1,
-        which="largest",
-        tol=tol,
-        max_iter=max_iter,
-        generator=generator,
-        dtype=operator.dtype,
-        device=operator.device,
-    )
+    top = _top_eigenpairs(operator, 1, tol, max_iter, generator, vectors=False)
     bound = output_form / theta_sq
     lam, err = top.eigenvalues[0], top.residuals[0]
     rounding = 64 * torch.finfo(operator.dtype).eps * (abs(lam) + abs(bound))
@@ -241,18 +255,7 @@ def eigen_alignment(
     gradient = flatten(operator.gradient)
     h_theta = flatten(operator.hvp(point))
     gn_f = flatten(stacked.vjp(stacked.loss_hvp(f)))
-    top = lanczos(
-        operator.matvec,
-        operator.shape[0],
-        k,
-        which="largest",
-        tol=tol,
-        max_iter=max_iter,
-        generator=generator,
-        dtype=operator.dtype,
-        device=operator.device,
-        return_eigenvectors=True,
-    )
+    top = _top_eigenpairs(operator, k, tol, max_iter, generator, vectors=True)
     assert top.eigenvectors is not None
     vectors = top.eigenvectors  # (k, P)
     grad_norm, theta_norm, gn_norm = vector_norm(gradient), vector_norm(theta), vector_norm(gn_f)

@@ -31,7 +31,13 @@ from torch import Tensor, nn
 import paramsym as ps
 from paramsym.core.tables import Table, append_row, empty_table
 from paramsym.equivariance.last_layer import last_layer_curvature, top_versus_rest_sharpness
-from paramsym.experiments.equivariance.sharpening import F64, descend, digits_inputs
+from paramsym.experiments.equivariance.sharpening import (
+    F64,
+    descend,
+    digits_inputs,
+    label_residual_panel,
+    plot_residuals,
+)
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import single_threaded
 
@@ -278,12 +284,14 @@ def plot_last_layer(result: Result) -> dict[str, Any]:
     ax.legend(fontsize=8)
     ax = axes[1, 1]
     for name, marker in zip(IDENTITIES, ".x+1", strict=True):
-        ax.semilogy(t["step"], [max(v, 1e-20) for v in t[name]], marker, label=name)
-    ax.axhline(result.metrics["identity_tol"], color="k", ls="--", lw=1, label="tolerance")
-    ax.set_xlabel("GD step")
-    ax.set_ylabel("relative residual (0 at 1e-20)")
-    ax.set_title("identities along training, one random E per step", fontsize=10)
-    ax.legend(fontsize=7)
+        plot_residuals(ax, t["step"], t[name], marker, label=name)
+    label_residual_panel(
+        ax,
+        "GD step",
+        "relative residual",
+        "identities along training, one random E per step",
+        tolerance=result.metrics["identity_tol"],
+    )
     figure.suptitle("seed 003 §5.3: last-layer curvature of a softmax classifier", fontsize=11)
     figure.tight_layout()
     return {"last_layer.png": figure}

@@ -15,7 +15,7 @@ The helpers :func:`digits_inputs` and :func:`descend` are shared with ``gradient
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,6 +306,29 @@ def _sharpening_claim(result: Result) -> tuple[str, bool]:
     )
 
 
+RESIDUAL_FLOOR = 1e-20
+"""Where an exactly-zero residual is drawn on a log axis."""
+
+
+def plot_residuals(
+    ax: Any, steps: Sequence[float], residuals: Sequence[float], fmt: str, **style: Any
+) -> None:
+    """Residuals against steps on a log axis, exact zeros drawn at :data:`RESIDUAL_FLOOR`."""
+    ax.semilogy(steps, [max(r, RESIDUAL_FLOOR) for r in residuals], fmt, **style)
+
+
+def label_residual_panel(
+    ax: Any, xlabel: str, what: str, title: str, tolerance: float | None = None, fontsize: int = 7
+) -> None:
+    """Axis labels, title, the tolerance line (if given) and the legend of a residual panel."""
+    if tolerance is not None:
+        ax.axhline(tolerance, color="k", ls="--", lw=1, label="tolerance")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{what} (exact 0 drawn at {RESIDUAL_FLOOR:g})")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=fontsize)
+
+
 def plot_sharpening(result: Result) -> dict[str, Any]:
     t = result.series["trajectory"]
     steps = t["step"]
@@ -338,11 +361,10 @@ def plot_sharpening(result: Result) -> dict[str, Any]:
     ax.set_title("training", fontsize=10)
     ax = axes[1, 1]
     for name, marker, label in (("euler", ".", "Euler relation"), ("formula", "x", "eq. (4)")):
-        ax.semilogy(steps, [max(r, 1e-20) for r in t[f"{name}_residual"]], marker, label=label)
-    ax.set_xlabel("GD step")
-    ax.set_ylabel("relative residual (exact 0 drawn at 1e-20)")
-    ax.set_title("identities along training (float64)", fontsize=10)
-    ax.legend(fontsize=8)
+        plot_residuals(ax, steps, t[f"{name}_residual"], marker, label=label)
+    label_residual_panel(
+        ax, "GD step", "relative residual", "identities along training (float64)", fontsize=8
+    )
     figure.suptitle(
         "seed 003 §5.1: sharpness lower bound of a homogeneous net under GD", fontsize=11
     )

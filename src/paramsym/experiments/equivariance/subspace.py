@@ -24,7 +24,13 @@ from torch import nn
 import paramsym as ps
 from paramsym.core.tables import Table, append_row, empty_table, table_rows
 from paramsym.equivariance.homogeneous_spectrum import eigen_alignment
-from paramsym.experiments.equivariance.sharpening import F64, descend, digits_inputs
+from paramsym.experiments.equivariance.sharpening import (
+    F64,
+    descend,
+    digits_inputs,
+    label_residual_panel,
+    plot_residuals,
+)
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import single_threaded
 
@@ -272,9 +278,10 @@ def plot_subspace(result: Result) -> dict[str, Any]:
         axes[0, 1].semilogy(
             rows["step"], rows["lambda_k"], ":", color=colour, label=f"{label}: λ_k"
         )
-        axes[1, 1].semilogy(
+        plot_residuals(
+            axes[1, 1],
             rows["step"],
-            [max(r, 1e-20) for r in rows["max_pair_residual"]],
+            rows["max_pair_residual"],
             "o",
             ms=3,
             color=colour,
@@ -311,12 +318,13 @@ def plot_subspace(result: Result) -> dict[str, Any]:
     ax.set_ylabel("⟨∇L, v_i⟩² / ‖∇L‖²")
     ax.set_title("gradient energy per eigenpair, last step (log)", fontsize=10)
     ax.legend(fontsize=7)
-    ax = axes[1, 1]
-    ax.axhline(m["identity_tol"], color="k", ls="--", lw=1, label="tolerance")
-    ax.set_xlabel("step")
-    ax.set_ylabel("max Corollary 1 pair residual (0 at 1e-20)")
-    ax.set_title("Corollary 1 per eigenpair (float64)", fontsize=10)
-    ax.legend(fontsize=7)
+    label_residual_panel(
+        axes[1, 1],
+        "step",
+        "max Corollary 1 pair residual",
+        "Corollary 1 per eigenpair (float64)",
+        tolerance=m["identity_tol"],
+    )
     figure.suptitle("seed 003 §5.1: gradient energy in the top-k Hessian eigenspace", fontsize=11)
     figure.tight_layout()
     return {"gradient_subspace.png": figure}

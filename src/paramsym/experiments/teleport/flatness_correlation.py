@@ -330,6 +330,7 @@ def plot_correlation(result: Result) -> dict[str, Any]:
             ax.scatter(values[quantity], val, s=12, alpha=0.7)
             ax.set_xlabel(LABELS[quantity])
             ax.set_ylabel("validation loss")
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3))  # φ − L is ~1e-3
             ax.set_title(f"{name}: r = {result.metrics[f'{name}_{quantity}_r']:+.3f}")
     figure.tight_layout()
     return {"sharpness_curvature_correlation.png": figure}
