@@ -140,6 +140,8 @@ class Symmetry(abc.ABC):
         preserves: ``"function"`` (f(g·θ, x) = f(θ, x) for all x) or ``"loss"``.
         linear: whether ``act(·, g)`` is a linear map of the parameters for fixed g (then
             gradients transport as ``A(g)ᵀ ∇L(g·θ) = ∇L(θ)``).
+        affine: whether ``act(·, g)`` is affine, θ ↦ A(g)θ + b(g) (linear maps, and
+            translations such as the softmax's); gradients transport the same way.
         notes: caveats, e.g. about batch statistics or dropout.
     """
 
@@ -153,6 +155,7 @@ class Symmetry(abc.ABC):
         data_dependent: bool = False,
         preserves: Preserves = "function",
         linear: bool = True,
+        affine: bool | None = None,
         notes: Sequence[str] = (),
     ) -> None:
         self.name = name
@@ -162,6 +165,7 @@ class Symmetry(abc.ABC):
         self.data_dependent = bool(data_dependent)
         self.preserves: Preserves = preserves
         self.linear = bool(linear)
+        self.affine = self.linear if affine is None else bool(affine) or self.linear
         self.notes = tuple(notes)
 
     buffer_names: frozenset[str] = frozenset()

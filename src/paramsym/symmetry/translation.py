@@ -62,6 +62,7 @@ class SoftmaxTranslation(Symmetry):
             dim=dim,
             preserves=preserves,
             linear=False,
+            affine=True,
             notes=notes,
         )
         self.weight = weight

@@ -2,12 +2,14 @@
 integration, sharpness and orbit curvature (ch. 5), the generalized per-weight scaling, and a
 symmetry-free level-set baseline."""
 
+from paramsym.teleportation.ascent import transport_obstacle
 from paramsym.teleportation.engine import (
+    DEFAULT_STEP_NORM,
     TeleportConfig,
     TeleportDriftWarning,
     TeleportResult,
     TeleportStep,
-    default_symmetries,
+    run_teleport,
     teleport,
 )
 from paramsym.teleportation.flatness import (
@@ -54,6 +56,7 @@ from paramsym.teleportation.orbit_geometry import (
     random_algebra_elements,
 )
 from paramsym.teleportation.schedule import Schedule
+from paramsym.teleportation.selection import default_symmetries
 from paramsym.teleportation.teleporter import (
     FIRST_MOMENTS,
     SECOND_MOMENTS,
@@ -68,6 +71,7 @@ from paramsym.teleportation.theory import (
 )
 
 __all__ = [
+    "DEFAULT_STEP_NORM",
     "FIRST_MOMENTS",
     "METHODS",
     "SECOND_MOMENTS",
@@ -111,8 +115,10 @@ __all__ = [
     "random_algebra_elements",
     "regression_task",
     "resolve_objective",
+    "run_teleport",
     "sharpness",
     "sharpness_directions",
     "steps_to_threshold",
     "teleport",
+    "transport_obstacle",
 ]

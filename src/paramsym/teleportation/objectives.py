@@ -87,12 +87,7 @@ class TeleportContext:
     @property
     def loss(self) -> Tensor:
         if self._loss is None:
-            loss = self.loss_fn(self.outputs, self.batch[1])
-            if loss.numel() != 1:
-                raise InvalidArgumentError(
-                    f"teleport: loss_fn must return a scalar, got shape {tuple(loss.shape)}"
-                )
-            self._loss = loss.reshape(())
+            self._loss = scalar_loss(self.loss_fn(self.outputs, self.batch[1]))
         return self._loss
 
     @property
@@ -116,6 +111,22 @@ class TeleportContext:
         return self._gradient
 
 
+def scalar_loss(loss: Tensor) -> Tensor:
+    """``loss`` as a 0-d tensor; a loss_fn that returns more than one number is refused."""
+    if loss.numel() != 1:
+        raise InvalidArgumentError(
+            f"teleport: loss_fn must return a scalar, got shape {tuple(loss.shape)}"
+        )
+    return loss.reshape(())
+
+
+def loss_value(
+    model: nn.Module, params: Mapping[str, Tensor], loss_fn: LossFn, batch: Batch
+) -> Tensor:
+    """L(θ) = loss_fn(model(x; θ), y) on ``batch = (x, y)``, as a 0-d tensor."""
+    return scalar_loss(loss_fn(functional_call(model, dict(params), batch[0]), batch[1]))
+
+
 class Objective(abc.ABC):
     """A differentiable scalar of a :class:`TeleportContext` and the direction to move it.
 
@@ -126,6 +137,10 @@ class Objective(abc.ABC):
 
     name: str = "objective"
     maximize: bool = True
+    gradient_only: bool = False
+    """Whether the value is a function of ∇L alone (:meth:`of_gradient`): then a teleport along
+    exact, linear, data-free symmetries can transport ∇L instead of recomputing it
+    (``teleport(..., method="transport")``)."""
 
     @abc.abstractmethod
     def __call__(self, context: TeleportContext) -> Tensor:
@@ -140,14 +155,32 @@ class Objective(abc.ABC):
         teleport's steps. The default does nothing."""
         return None
 
+    def of_gradient(self, gradient: Mapping[str, Tensor]) -> Tensor:
+        """The value as a differentiable function of ∇L (name → tensor), for objectives with
+        :attr:`gradient_only`; the others raise."""
+        raise NotImplementedError(f"objective {self.name!r} is not a function of ∇L alone")
+
+    def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
+        """``w ⊙ v²`` per parameter when the value is a diagonal quadratic form
+        Σ w ⊙ v² of v = ∇L (so that scaling v entrywise by F gives Σ (w ⊙ v²) ⊙ F²), else
+        ``None`` (the default)."""
+        return None
+
 
 class GradNorm(Objective):
     """‖∇L(θ)‖² on the teleport batch (dissertation Algorithm 1; its θ-gradient is 2H∇L)."""
 
     name = "grad_norm"
+    gradient_only = True
 
     def __call__(self, context: TeleportContext) -> Tensor:
-        return sum((g * g).sum() for g in context.gradient.values())  # type: ignore[return-value]
+        return self.of_gradient(context.gradient)
+
+    def of_gradient(self, gradient: Mapping[str, Tensor]) -> Tensor:
+        return sum((g * g).sum() for g in gradient.values())  # type: ignore[return-value]
+
+    def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
+        return {k: g * g for k, g in gradient.items()}
 
 
 class PreconditionedGradNorm(Objective):
@@ -160,12 +193,15 @@ class PreconditionedGradNorm(Objective):
     """
 
     name = "preconditioned_grad_norm"
+    gradient_only = True
 
     def __init__(self, preconditioner: Preconditioner) -> None:
         self.preconditioner = preconditioner
 
     def __call__(self, context: TeleportContext) -> Tensor:
-        gradient = context.gradient
+        return self.of_gradient(context.gradient)
+
+    def of_gradient(self, gradient: Mapping[str, Tensor]) -> Tensor:
         if callable(self.preconditioner):
             product = self.preconditioner(gradient)
         else:
@@ -177,6 +213,11 @@ class PreconditionedGradNorm(Objective):
                 )
             product = {k: self.preconditioner[k].detach() * g for k, g in gradient.items()}
         return sum((gradient[k] * product[k]).sum() for k in gradient)  # type: ignore[return-value]
+
+    def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
+        if callable(self.preconditioner) or any(k not in self.preconditioner for k in gradient):
+            return None  # of_gradient raises for a missing entry
+        return {k: self.preconditioner[k].detach() * g * g for k, g in gradient.items()}
 
     @classmethod
     def from_optimizer(

@@ -45,14 +45,10 @@ from torch import Tensor, nn
 
 from paramsym.errors import ApproximateActionWarning, InvalidArgumentError
 from paramsym.symmetry.base import Symmetry
-from paramsym.teleportation.engine import (
-    TeleportConfig,
-    TeleportResult,
-    default_symmetries,
-    teleport,
-)
+from paramsym.teleportation.engine import TeleportConfig, TeleportResult, run_teleport
 from paramsym.teleportation.objectives import Batch, LossFn
 from paramsym.teleportation.schedule import Schedule
+from paramsym.teleportation.selection import default_symmetries
 
 StatePolicy = Literal["keep", "reset", "transform"]
 
@@ -201,14 +197,14 @@ class Teleporter:
         for _ in range(self.batches_per_teleport):
             batch = self._next_batch()
             covectors, layout = self._first_moments()
-            result = teleport(
+            result = run_teleport(
                 self.model,
                 self.loss_fn,
                 batch,
+                self.config,
                 self.symmetries_for(batch),
                 optimizer=self.optimizer,
                 covectors=covectors,
-                **self.config.options(),
             )
             self._restore_first_moments(result.covectors, layout)
             event.results.append(result)

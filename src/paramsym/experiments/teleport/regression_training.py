@@ -123,7 +123,10 @@ class RegressionTeleport:
     Attributes:
         at: optimizer steps taken before it (5: "at epoch 5").
         steps, lr: gradient-ascent steps on T and their learning rate (GD 8, 1e-7; AdaGrad
-            2, 1e-5).
+            2, 1e-5); ``lr=None`` takes trust-region steps of ‖T‖ = ``step_norm`` instead
+            (``ps.teleport``'s scale-free default).
+        step_norm: ‖T‖ of each trust-region step when ``lr`` is ``None`` (``None``: the
+            library default, 0.1).
         action: ``"inverse_GL"`` (Eq. 4.13) or ``"pinv_GL"`` (Eq. 4.16) on every layer pair.
         parameterization: ``"first_order"`` (g = I + T, exact inverse) or ``"exp"``.
         max_step_norm: bound on ‖T‖ of each ascent step (all pairs together); 0: unbounded,
@@ -132,16 +135,18 @@ class RegressionTeleport:
 
     at: int = 5
     steps: int = 8
-    lr: float = 1e-7
+    lr: float | None = 1e-7
     action: str = "inverse_GL"
     parameterization: str = "first_order"
     max_step_norm: float = 0.1
+    step_norm: float | None = None
 
     def config(self) -> TeleportConfig:
         return TeleportConfig(
             objective="grad_norm",
             steps=self.steps,
             lr=self.lr,
+            step_norm=self.step_norm,
             parameterization=self.parameterization,  # type: ignore[arg-type]
             max_step_norm=step_bound(self.max_step_norm),
             keep_worse=True,  # Algorithm 1 applies every teleport

@@ -1,0 +1,350 @@
+"""How a teleport evaluates its objective, and the ascent direction, at a point of the orbit.
+
+Two methods (``teleport(..., method=...)``; ``"auto"`` takes the transport where it applies):
+
+``"hessian"`` (every objective, every continuous symmetry)
+    At each point θ the objective J(θ) and ∇_θJ by reverse over reverse: for ‖∇L‖² one
+    gradient with its graph and one more backward pass, 2H∇L. The direction in each Lie
+    algebra is the pullback ``T_sᵀ ∇_θJ`` through the action's tangent.
+``"transport"`` (objectives of ∇L alone, on exact, linear, data-free actions)
+    When θ ↦ g·θ is a linear (or affine) map A_g θ + b_g of the parameters and
+    L(g·θ) = L(θ) for every θ (rescalings, permutations, GL of linear layers, the softmax's
+    translation: the catalogue's data-free symmetries),
+    differentiating gives ∇L(g·θ) = A_g⁻ᵀ ∇L(θ) exactly (dissertation Prop 4.5.1). One gradient
+    v = ∇L(θ₀) at the start then gives the gradient at every point of the orbit by transport,
+    a VJP through the action (no pass through the network), and J = f(v). The ascent
+    direction needs no Hessian either: with A_{exp ξ} = I + B_ξ + O(ξ²) and c = ∇f(v),
+
+        ∂/∂ξ f(A_{exp ξ}⁻ᵀ v) at ξ = 0  =  −∂/∂ξ ⟨B_ξ c, v⟩,
+
+    and B_ξ c is the action's tangent at the "point" c (linear actions only), so the direction
+    is the pullback of the cotangent −v at c (notes 001b §7). The loss is invariant along the
+    whole orbit, so it is checked once, at the end (one forward pass), instead of after every
+    step. For f = ‖∇L‖² this equals the Hessian path's direction, ⟨B_ξ θ, 2Hv⟩ = −2⟨B_ξ v, v⟩
+    (differentiate ∇L(A_g θ) = A_g⁻ᵀ∇L(θ) at g = e), tested to 1e-12.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from paramsym.core.params import Params
+from paramsym.errors import InvalidArgumentError
+from paramsym.symmetry.base import Symmetry
+from paramsym.teleportation.objectives import (
+    Batch,
+    LossFn,
+    Objective,
+    TeleportContext,
+    loss_value,
+)
+from paramsym.teleportation.orbit import Move, Orbit
+
+Method = Literal["auto", "hessian", "transport"]
+METHODS: tuple[str, ...] = ("auto", "hessian", "transport")
+
+
+@dataclass
+class Point:
+    """One point of the orbit as an ascent path sees it.
+
+    Attributes:
+        params: the parameters (detached). The scalings path leaves them at the start until
+            :meth:`AscentPath.finish` and tracks the accumulated log-scales instead.
+        value: the objective J.
+        loss: the loss on the teleport batch (the transport paths carry the starting loss,
+            exact by invariance, until the end point's check).
+        gradient: what the direction is built from: ∇_θJ (Hessian path) or ∇f(v) (transport).
+        grad_norm: ‖∇L‖ (NaN where the Hessian path's objective never needed it).
+        loss_gradient: ∇L, transported (transport paths only).
+        covectors: the teleport's ``covectors``, transported to this point.
+        moves: the moves from the previous point (covectors follow them on acceptance).
+        log_scales: accumulated log-scales per symmetry (scalings path only).
+        ascent: ∂J(g(ξ)·θ)/∂ξ at ξ = 0 per symmetry, where the path computes it with the
+            point (Hessian and scalings paths).
+    """
+
+    params: Params
+    value: float
+    loss: float
+    gradient: Params
+    grad_norm: float
+    loss_gradient: Params | None = None
+    covectors: list[Params] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    log_scales: list[Tensor] = field(default_factory=list)
+    ascent: list[Tensor] = field(default_factory=list)
+
+
+def transport_obstacle(
+    symmetries: Sequence[Symmetry], objective: Objective, frozen: set[str]
+) -> str | None:
+    """Why gradient transport does not apply, in words, or ``None`` when it does."""
+    if not objective.gradient_only:
+        return f"the objective {objective.name!r} is not a function of ∇L alone"
+    for s in symmetries:
+        if s.data_dependent:
+            return f"{s.name} depends on the data"
+        if not s.affine:
+            return f"{s.name} is not affine in the parameters"
+        if not s.exact:
+            return f"{s.name} is approximate"
+        if frozen & set(s.parameter_names):
+            return f"{s.name} moves frozen parameters, over which ∇L is not taken"
+    return None
+
+
+def choose_method(
+    method: str, symmetries: Sequence[Symmetry], objective: Objective, frozen: set[str]
+) -> Literal["hessian", "transport"]:
+    """The method ``"auto"`` resolves to, or the one asked for after checking it applies."""
+    if method not in METHODS:
+        raise InvalidArgumentError(
+            f"teleport: method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
+        )
+    obstacle = transport_obstacle(symmetries, objective, frozen)
+    if method == "transport" and obstacle is not None:
+        raise InvalidArgumentError(
+            f"teleport: method='transport' needs an objective of ∇L alone on exact, linear, "
+            f"data-free symmetries, but {obstacle}; use method='hessian' (or 'auto')"
+        )
+    if method == "hessian" or obstacle is not None:
+        return "hessian"
+    return "transport"
+
+
+class AscentPath(abc.ABC):
+    """How a teleport evaluates points of the orbit. The engine calls :meth:`start` once,
+    then per step :meth:`direction`, :meth:`advance` (per trial) and :meth:`accept`, and
+    :meth:`finish` on the end point.
+
+    Attributes:
+        evaluations: passes through the network so far.
+    """
+
+    name: str
+
+    def __init__(self, orbit: Orbit) -> None:
+        self.orbit = orbit
+        self.evaluations = 0
+
+    @abc.abstractmethod
+    def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
+        """The starting point."""
+
+    def direction(self, point: Point) -> list[Tensor]:
+        """∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for each symmetry (by default the rates stored with the
+        point)."""
+        return point.ascent
+
+    def advance(self, point: Point, xis: Sequence[Tensor]) -> Point:
+        """The trial point g(ξ)·θ; raises InvalidGroupElementError or NonFiniteError when the
+        step leaves the group numerically."""
+        params, moves = self.orbit.move(point.params, xis)
+        trial = self.at(params, moves, point)
+        trial.covectors, trial.moves = point.covectors, moves
+        return trial
+
+    def at(self, params: Params, moves: Sequence[Move], previous: Point) -> Point:
+        """The point ``params``, reached from ``previous`` by ``moves``."""
+        raise NotImplementedError
+
+    def accept(self, point: Point) -> Point:
+        """``point`` with the covectors carried along its moves."""
+        point.covectors = [self.orbit.transport(m, point.moves) for m in point.covectors]
+        point.moves = []
+        return point
+
+    def finish(self, point: Point) -> Point:
+        """The end point, complete (parameters and ‖∇L‖ filled in)."""
+        return point
+
+
+class HessianAscent(AscentPath):
+    """The general path: at every point, the objective and its algebra gradient by reverse
+    over reverse through the actions (module docstring)."""
+
+    name = "hessian"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        batch: Batch,
+        objective: Objective,
+        optimizer: torch.optim.Optimizer | None,
+        orbit: Orbit,
+    ) -> None:
+        super().__init__(orbit)
+        self.model, self.loss_fn, self.batch = model, loss_fn, batch
+        self.objective, self.optimizer = objective, optimizer
+
+    def evaluate(
+        self, params: Mapping[str, Tensor], with_grad_norm: bool = False, ascent: bool = True
+    ) -> Point:
+        """J and L at q(0) and the ascent rates ∂J(q(ξ))/∂ξ at ξ = 0, with q(ξ) the point
+        moved by g(ξ_s) through every action in turn (q(0) = ``params`` for group actions; the
+        batch-fixed point ``act(θ, I)`` for data-dependent ones, see :meth:`Orbit.rebase`):
+        ∇_θJ at q(0) by reverse over reverse (2H∇L for ‖∇L‖²), then a VJP through the
+        actions, which costs no pass through the network. With ``ascent=False``, J and L at
+        ``params`` itself and no rates."""
+        self.evaluations += 1
+        base = {k: v.detach() for k, v in params.items()}
+        with torch.enable_grad():
+            xis, moved = self.orbit.through_actions(base) if ascent else ([], base)
+            # J's θ-gradient at the moved point, with its coordinates independent (a moved
+            # tensor may depend on another through a data-dependent action's features) ...
+            leaves = {k: v.detach().requires_grad_(True) for k, v in moved.items()}
+            context = TeleportContext(self.model, leaves, self.loss_fn, self.batch, self.optimizer)
+            value = self.objective(context)
+            loss = float(context.loss.detach())
+            grad_norm = math.nan
+            if with_grad_norm or context.has_gradient:
+                grad_norm = norm(context.gradient)
+            rates = [torch.zeros_like(xi) for xi in xis]
+            names = [k for k, v in moved.items() if v.requires_grad]
+            if xis and names and value.requires_grad:
+                to_theta = torch.autograd.grad(
+                    value, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
+                )
+                # ... pulled back to the algebra by a VJP through the actions
+                rates = list(
+                    torch.autograd.grad(
+                        [moved[k] for k in names],
+                        xis,
+                        grad_outputs=list(to_theta),
+                        allow_unused=True,
+                        materialize_grads=True,
+                    )
+                )
+        return Point(
+            {k: v.detach() for k, v in moved.items()},
+            float(value.detach()),
+            loss,
+            {},
+            grad_norm,
+            ascent=[r.detach() for r in rates],
+        )
+
+    def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
+        """J and L at θ itself (the "before" of the result); the rates come with the first
+        evaluation through the actions (:meth:`rebased`)."""
+        point = self.evaluate(params, with_grad_norm=True, ascent=False)
+        point.covectors = list(covectors)
+        return point
+
+    def rebased(self, point: Point) -> Point:
+        """``point`` evaluated through the actions: moved to ``act(θ, I)`` by data-dependent
+        actions, with its ascent rates."""
+        done = self.evaluate(point.params, with_grad_norm=not math.isnan(point.grad_norm))
+        done.covectors = point.covectors
+        return done
+
+    def at(self, params: Params, moves: Sequence[Move], previous: Point) -> Point:
+        return self.evaluate(params)
+
+    def finish(self, point: Point) -> Point:
+        """The end point with ‖∇L‖ filled in (objectives that never needed ∇L)."""
+        if math.isnan(point.grad_norm):
+            done = self.evaluate(point.params, with_grad_norm=True, ascent=False)
+            done.covectors = point.covectors
+            return done
+        return point
+
+
+class TransportAscent(AscentPath):
+    """The transport path (see the module docstring): one gradient per teleport, then O(P)
+    work per step through the actions (any exact, linear, data-free symmetry)."""
+
+    name = "transport"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        batch: Batch,
+        objective: Objective,
+        orbit: Orbit,
+        trained: Sequence[str],
+    ) -> None:
+        super().__init__(orbit)
+        self.model, self.loss_fn, self.batch = model, loss_fn, batch
+        self.objective, self.trained = objective, list(trained)
+        self.loss_before = math.nan
+
+    def _point(self, params: Params, loss_gradient: Params) -> Point:
+        """J = f(v) and c = ∇f(v) for the transported gradient v."""
+        leaves = {k: v.detach().requires_grad_(True) for k, v in loss_gradient.items()}
+        with torch.enable_grad():
+            value = self.objective.of_gradient(leaves)
+            names = list(leaves)
+            grads = torch.autograd.grad(
+                value, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
+            )
+        cotangent = {k: torch.zeros_like(t) for k, t in params.items()}
+        cotangent.update({k: g.detach() for k, g in zip(names, grads, strict=True)})
+        return Point(
+            params,
+            float(value.detach()),
+            self.loss_before,
+            cotangent,
+            norm(loss_gradient),
+            dict(loss_gradient),
+        )
+
+    def loss_and_gradient(self, params: Mapping[str, Tensor]) -> tuple[float, Params]:
+        """L and ∇L over the trained parameters: the teleport's one gradient."""
+        self.evaluations += 1
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        with torch.enable_grad():
+            loss = loss_value(self.model, leaves, self.loss_fn, self.batch)
+            grads = torch.autograd.grad(
+                loss, [leaves[k] for k in self.trained], allow_unused=True, materialize_grads=True
+            )
+        self.loss_before = float(loss.detach())
+        return self.loss_before, {k: g.detach() for k, g in zip(self.trained, grads, strict=True)}
+
+    def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
+        _, gradient = self.loss_and_gradient(params)
+        point = self._point({k: v.detach() for k, v in params.items()}, gradient)
+        point.covectors = list(covectors)
+        return point
+
+    def at(self, params: Params, moves: Sequence[Move], previous: Point) -> Point:
+        assert previous.loss_gradient is not None
+        return self._point(params, self.orbit.transport(previous.loss_gradient, moves))
+
+    def direction(self, point: Point) -> list[Tensor]:
+        """−∂⟨B_ξ c, v⟩/∂ξ: the pullback of −v at the "point" c = ∇f(v), where the tangent
+        is B_ξ c; for an affine action the tangent at c is B_ξ c + b_ξ, and the pullback at
+        the zero point (b_ξ alone) is subtracted."""
+        assert point.loss_gradient is not None
+        cotangent = {k: -v for k, v in point.loss_gradient.items()}
+        full = {k: cotangent.get(k, torch.zeros_like(t)) for k, t in point.params.items()}
+        rates = self.orbit.pullback(point.gradient, full)
+        if all(s.linear for s in self.orbit.symmetries):
+            return rates
+        zeros = {k: torch.zeros_like(t) for k, t in point.params.items()}
+        offsets = self.orbit.pullback(zeros, full)
+        return [
+            r if s.linear else r - o
+            for s, r, o in zip(self.orbit.symmetries, rates, offsets, strict=True)
+        ]
+
+    def loss(self, params: Mapping[str, Tensor]) -> float:
+        """L at ``params`` (one forward pass), to check the end point."""
+        self.evaluations += 1
+        with torch.no_grad():
+            return float(loss_value(self.model, params, self.loss_fn, self.batch))
+
+
+def norm(tensors: Mapping[str, Tensor]) -> float:
+    """The Euclidean norm of a params dict."""
+    return math.sqrt(sum(float((t.detach() ** 2).sum()) for t in tensors.values()))

@@ -1,0 +1,152 @@
+"""The orbit a teleport moves along: its symmetries, their group elements and tangents.
+
+:class:`Orbit` holds the continuous symmetries of one teleport and the teleport batch's inputs
+(for data-dependent actions). It turns algebra coordinates ξ into group elements (``exp`` or
+the paper's first-order ``I + ξ``), moves parameters by them, pulls a parameter-space
+cotangent back to the algebra through each action's tangent, and transports covectors
+(momentum, gradients) along a move as m ↦ J⁻ᵀm.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from paramsym.core.params import Params
+from paramsym.errors import ApproximateActionWarning, InvalidArgumentError, InvalidGroupElementError
+from paramsym.symmetry.base import GroupElement, Symmetry
+
+Parameterization = Literal["exp", "first_order"]
+Move = tuple[Symmetry, GroupElement, Params]
+"""(symmetry, group element, the parameters after acting with it)."""
+
+
+class Orbit:
+    """The continuous symmetries moved along together, with the teleport batch's input."""
+
+    def __init__(
+        self,
+        symmetries: Sequence[Symmetry],
+        x: Any,
+        parameterization: Parameterization,
+        params: Mapping[str, Tensor],
+    ) -> None:
+        self.symmetries = list(symmetries)
+        self.x = x
+        self.parameterization = parameterization
+        ref = next(iter(params.values()))
+        self.dtype, self.device = ref.dtype, ref.device
+        for s in self.symmetries:
+            missing = [n for n in s.parameter_names if n not in params]
+            if missing:
+                raise InvalidArgumentError(
+                    f"teleport: symmetry {s.name} acts on parameter '{missing[0]}', which the "
+                    "model does not have; pass symmetries found on this model"
+                )
+        if parameterization == "first_order":
+            for s in self.symmetries:
+                probe = torch.full((s.dim,), 1e-3, dtype=self.dtype, device=self.device)
+                try:
+                    s.check_element(self.element(s, probe))
+                except InvalidGroupElementError as error:
+                    raise InvalidArgumentError(
+                        f"teleport: parameterization='first_order' uses g = I + ξ, which is not "
+                        f"in {s.group} ({s.name}): {error}. Use parameterization='exp'"
+                    ) from error
+
+    def _x(self, s: Symmetry) -> Any:
+        return self.x if s.data_dependent else None
+
+    def element(self, s: Symmetry, xi: Tensor) -> GroupElement:
+        if self.parameterization == "exp":
+            return s.exp(xi)
+        return s.linear_element(xi)
+
+    def pullback(
+        self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]
+    ) -> list[Tensor]:
+        """∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for each symmetry: T_sᵀ ∇_θJ through ``s.tangent``."""
+        out = []
+        for s in self.symmetries:
+            xi = torch.zeros(s.dim, dtype=self.dtype, device=self.device, requires_grad=True)
+            with torch.enable_grad():
+                rate = s.tangent(params, xi, self._x(s))
+                pairing = torch.stack(
+                    [(rate[k] * cotangent[k]).sum() for k in s.parameter_names]
+                ).sum()
+                (gradient,) = torch.autograd.grad(pairing, xi, allow_unused=True)
+            out.append(torch.zeros_like(xi) if gradient is None else gradient.detach())
+        return out
+
+    def through_actions(self, params: Mapping[str, Tensor]) -> tuple[list[Tensor], Params]:
+        """(ξ, q(ξ)): algebra coordinates at zero that require grad, and the point moved by
+        g(ξ_s) through every action in turn, differentiable in ξ (and in ``params``)."""
+        xis = [
+            torch.zeros(s.dim, dtype=self.dtype, device=self.device, requires_grad=True)
+            for s in self.symmetries
+        ]
+        current = dict(params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
+            for s, xi in zip(self.symmetries, xis, strict=True):
+                current = s.act(current, self.element(s, xi), self._x(s))
+        return xis, current
+
+    def rebase(self, params: Mapping[str, Tensor]) -> Params:
+        """``act(θ, identity)`` for every data-dependent symmetry: a move that keeps the loss
+        on the batch and makes θ a fixed point of the identity.
+
+        The batch actions with a pseudo-inverse (Eqs. 4.13, 4.16) fail the identity axiom when
+        the batch has fewer samples than the pseudo-inverse's other side: ``act(θ, I)``
+        projects weights onto the data's span. The tangent ``d/dt act(θ, exp tξ)`` describes a
+        curve through ``act(θ, I)``, so the ascent gradient is only consistent at such fixed
+        points (the projection is idempotent). Group actions are left unchanged.
+        """
+        current = dict(params)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ApproximateActionWarning)
+            for s in self.symmetries:
+                if s.data_dependent:
+                    identity = s.identity(dtype=self.dtype, device=self.device)
+                    current = s.act(current, identity, self.x)
+        return current
+
+    def move(
+        self, params: Mapping[str, Tensor], xis: Sequence[Tensor]
+    ) -> tuple[Params, list[Move]]:
+        """θ after acting with each g(ξ_s) in turn, and each (symmetry, g, point after it).
+        The Hessian path evaluates the result through the actions (:meth:`through_actions`),
+        which re-bases it onto the batch-fixed points of data-dependent actions."""
+        moves = []
+        current = dict(params)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
+            for s, xi in zip(self.symmetries, xis, strict=True):
+                g = self.element(s, xi)
+                current = s.act(current, g, self._x(s))
+                moves.append((s, g, current))
+        return current, moves
+
+    def transport(self, covector: Mapping[str, Tensor], moves: Sequence[Move]) -> Params:
+        """Carry a covector through the moves: m ← J⁻ᵀm as the VJP of θ' ↦ s.act(θ', g⁻¹)."""
+        m = dict(covector)
+        for s, g, after in moves:
+            inverse = s.inverse(g)
+            leaves = {k: v.detach().requires_grad_(True) for k, v in after.items()}
+            with torch.enable_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", ApproximateActionWarning)
+                back = s.act(leaves, inverse, self._x(s))
+                names = [k for k in s.parameter_names if k in m]
+                pulled = torch.autograd.grad(
+                    [back[k] for k in names],
+                    [leaves[k] for k in names],
+                    grad_outputs=[m[k] for k in names],
+                    allow_unused=True,
+                    materialize_grads=True,
+                )
+            m.update({k: p.detach() for k, p in zip(names, pulled, strict=True)})
+        return m
