@@ -2,20 +2,22 @@
 
 Every figure is a ratio between things timed in the same run on the same machine:
 
-* **ascent step / gradient evaluation** on a 784-512-512-10 LeakyReLU MLP (batch 20, the
-  paper's MNIST setting): one step of ``ps.teleport`` (objective ‖∇L‖², its HVP, the pullback
-  through the action's tangent, the move and the loss guard), for the neuron rescalings and
-  for the pseudo-inverse GL action of Eq. 4.16 on both layer pairs, against one
-  forward-and-backward pass; target ≤ 3;
+* **one whole teleport / gradient evaluation** on a 784-512-512-10 LeakyReLU MLP (batch 20,
+  the paper's MNIST setting, and 256): the default 10-step teleport along the neuron
+  rescalings by gradient transport and by the Hessian path; target ≤ 2;
+* **ascent step / gradient evaluation** for the data-dependent GL actions (Eqs. 4.13, 4.16)
+  on both layer pairs; target ≤ 3;
+* **sharpness and curvature objectives**: one ascent step in gradient evaluations;
 * **one teleport (4 mini-batches × 10 ascent steps) / one training epoch** of SGD at batch 20
   over 48,000 samples (MNIST's training split size; synthetic data of that shape); target < 1;
 * **wall-clock speedup to |ΔL| < 1e-3** on the dissertation's regression with GD (Fig 4.7's
-  measure, one teleport at epoch 5), using the ``teleport-regression`` experiment's training
-  function; target ≥ 1.5;
+  measure, one teleport at epoch 5), with the paper's teleport and with the untuned default,
+  using the ``teleport-regression`` experiment's training function; target ≥ 1.5;
 * **gradient-norm gain per second** of symmetry teleportation against the symmetry-free
   level-set baseline (``ps.level_set_teleport``), as log(‖∇L‖²_after/‖∇L‖²_before)/seconds.
 
-Run ``make bench`` or ``python benchmarks/bench_teleport.py``.
+Every timing runs on one torch thread (``--threads``). Run ``make bench`` or
+``python benchmarks/bench_teleport.py``.
 """
 
 from __future__ import annotations
@@ -50,34 +52,71 @@ def _model() -> nn.Sequential:
 
 
 def _symmetries(model: nn.Module, kind: str) -> list[ps.Symmetry]:
-    found = ps.symmetries(model, data_dependent=kind == "pinv_GL")
+    found = ps.symmetries(model, data_dependent=kind != "rescaling")
     return [s for s in found if s.dim > 0 and s.name.startswith(kind)]
 
 
-ASCENT_STEPS = 5
 # The pseudo-inverse GL(512) action is timed with the paper's g = I + T (Algorithm 1): the
 # exponential of a 512 × 512 algebra element costs more than the rest of the step.
-PARAMETERIZATION = {"rescaling": "exp", "pinv_GL": "first_order"}
+PARAMETERIZATION = {"rescaling": "exp", "pinv_GL": "first_order", "inverse_GL": "first_order"}
+BATCHES = (BATCH, 256)
 
 
-def ascent_step_cost(repeats: int) -> dict[str, Any]:
-    """Seconds per ascent step over seconds per gradient, per action and batch size.
+def _gradient(model: nn.Module, loss_fn: nn.Module, batch: Any) -> Any:
+    leaves = list(model.parameters())
+    return lambda: torch.autograd.grad(loss_fn(model(batch[0]), batch[1]), leaves)
 
-    The rescalings are cheap (O(P)); the pseudo-inverse GL(512) action multiplies h × h and
-    h × n matrices and exponentiates an h × h algebra element, O(h³) whatever the batch, so
-    its cost in gradients falls as the batch grows (batch 20 is the paper's; at 256 = h/2 the
-    action is still exact, while at 512 = h σ(H) of this data already loses rank).
+
+def whole_teleport_cost(repeats: int) -> dict[str, Any]:
+    """One default teleport (10 trust-region steps on ‖∇L‖² along the 1024 neuron rescalings)
+    in gradient evaluations, by gradient transport (``method="auto"``: one gradient, a loss
+    check and O(P) matrix-vector work per step) and by the Hessian path (reverse over reverse
+    through the actions at every step); target ≤ 2 for the transport."""
+    model, loss_fn = _model(), nn.CrossEntropyLoss()
+    symmetries = _symmetries(model, "rescaling")
+    out: dict[str, Any] = {"target_at_most": 2.0}
+    for batch_size in BATCHES:
+        batch = _mnist_like(batch_size, seed=1)
+
+        def run(method: str, batch: Any = batch) -> None:
+            ps.teleport(model, loss_fn, batch, symmetries, method=method, update_model=False)
+
+        seconds = round_robin(
+            {
+                "gradient": _gradient(model, loss_fn, batch),
+                "transport": lambda run=run: run("transport"),
+                "hessian": lambda run=run: run("hessian"),
+            },
+            repeats,
+        )
+        out[f"batch{batch_size}"] = {
+            "gradient_seconds": seconds["gradient"],
+            "transport_in_gradients": seconds["transport"] / seconds["gradient"],
+            "hessian_in_gradients": seconds["hessian"] / seconds["gradient"],
+            "transport_speedup": seconds["hessian"] / seconds["transport"],
+        }
+    return out
+
+
+ASCENT_STEPS = 5
+
+
+def data_dependent_step_cost(repeats: int) -> dict[str, Any]:
+    """Seconds per ascent step over seconds per gradient for the data-dependent GL actions of
+    both layer pairs (Eq. 4.13 ``inverse_GL`` and Eq. 4.16 ``pinv_GL``, g = I + T), from the
+    difference between 5-step and 0-step teleports; target ≤ 3.
+
+    A step is one reverse-over-reverse evaluation (forward, backward with graph, backward)
+    plus the moves: acting with a GL(512) element multiplies and inverts 512 × 512 matrices,
+    O(h³) whatever the batch, about 3 gradients at batch 20 on its own, so the step's cost in
+    gradients falls as the batch grows.
     """
     model, loss_fn = _model(), nn.CrossEntropyLoss()
-    leaves = list(model.parameters())
     out: dict[str, Any] = {"target_at_most": 3.0}
-    for kind in ("rescaling", "pinv_GL"):
+    for kind in ("inverse_GL", "pinv_GL"):
         symmetries = _symmetries(model, kind)
-        for batch_size in (BATCH, 256):
+        for batch_size in BATCHES:
             batch = _mnist_like(batch_size, seed=1)
-
-            def gradient(batch: tuple[torch.Tensor, torch.Tensor] = batch) -> None:
-                torch.autograd.grad(loss_fn(model(batch[0]), batch[1]), leaves)
 
             def run(
                 steps: int, batch: Any = batch, symmetries: Any = symmetries, kind: str = kind
@@ -89,7 +128,7 @@ def ascent_step_cost(repeats: int) -> dict[str, Any]:
 
             seconds = round_robin(
                 {
-                    "gradient": gradient,
+                    "gradient": _gradient(model, loss_fn, batch),
                     "zero": lambda run=run: run(0),
                     "steps": lambda run=run: run(ASCENT_STEPS),
                 },
@@ -102,6 +141,57 @@ def ascent_step_cost(repeats: int) -> dict[str, Any]:
                 "ascent_step_in_gradients": per_step / seconds["gradient"],
                 "algebra_dimension": sum(s.dim for s in symmetries),
             }
+    return out
+
+
+CURVATURE_WIDTHS = [64, 32, 10, 10]
+CURVATURE_BATCH = 200
+
+
+def curvature_objective_cost(repeats: int) -> dict[str, Any]:
+    """One ascent step on the sharpness φ (Eq. 5.1: 200 directions × the text's 20 radii,
+    vmapped) and on the orbit curvature ψ (Eq. 5.2: k = 1 curve through the inverse-activation
+    GL actions of both layer pairs, by nested forward-mode derivatives), in gradient
+    evaluations, in ch. 5's setting: a 3-layer LeakyReLU MLP (digits-sized, 64-32-10-10) on a
+    probe batch of 200 (the authors' code).
+
+    φ costs about one forward pass per (direction, radius) pair, 4,000 in all, and its gradient
+    one backward pass through them; ψ differentiates third derivatives of the action."""
+    model = ps.mlp(CURVATURE_WIDTHS, nn.LeakyReLU(0.1), bias=False, seed=0)
+    loss_fn = nn.CrossEntropyLoss()
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(CURVATURE_BATCH, CURVATURE_WIDTHS[0], generator=generator)
+    batch = (x, torch.randint(0, CURVATURE_WIDTHS[-1], (CURVATURE_BATCH,), generator=generator))
+    symmetries = _symmetries(model, "inverse_GL")
+    objectives = {
+        "sharpness": ps.Sharpness(generator=torch.Generator().manual_seed(0)),
+        "curvature": ps.Curvature(generator=torch.Generator().manual_seed(0)),
+    }
+    out: dict[str, Any] = {"widths": CURVATURE_WIDTHS, "batch": CURVATURE_BATCH}
+    for name, objective in objectives.items():
+
+        def run(steps: int, objective: Any = objective) -> None:
+            ps.teleport(
+                model, loss_fn, batch, symmetries, objective=objective, steps=steps, lr=1e-3,
+                parameterization="first_order", allow_approximate=True, keep_worse=True,
+                update_model=False,
+            )  # fmt: skip
+
+        seconds = round_robin(
+            {
+                "gradient": _gradient(model, loss_fn, batch),
+                "zero": lambda run=run: run(0),
+                "step": lambda run=run: run(1),
+            },
+            repeats,
+            warmup=1,
+        )
+        step = seconds["step"] - seconds["zero"]
+        out[name] = {
+            "gradient_seconds": seconds["gradient"],
+            "ascent_step_seconds": step,
+            "ascent_step_in_gradients": step / seconds["gradient"],
+        }
     return out
 
 
@@ -138,41 +228,45 @@ def teleport_versus_epoch(repeats: int) -> dict[str, Any]:
     }
 
 
-def regression_speedup(runs: int, steps: int = 2000) -> dict[str, Any]:
-    """Fig 4.7's wall-clock speedup to |L_t − L_{t+1}| < 1e-3 with GD, at the paper's teleport.
+def regression_speedup(runs: int, steps: int = 3000) -> dict[str, Any]:
+    """Fig 4.7's wall-clock speedup to |L_t − L_{t+1}| < 1e-3 with GD (lr 1e-4), one teleport at
+    epoch 5 along the Eq. 4.13 GL actions, two ways: the paper's (8 ascent steps at lr 1e-7,
+    each bounded to ‖T‖ ≤ 0.1) and ``ps.teleport``'s untuned default (10 trust-region steps of
+    ‖T‖ = 0.1). Each run trains without and with the teleport back to back, on one thread."""
+    from paramsym.experiments.teleport import regression_training as rt
 
-    Each run trains the ``teleport-regression`` problem twice back to back, without and with
-    the one teleport at epoch 5 (GD lr 1e-4; 8 ascent steps at lr 1e-7), on one torch thread.
-    """
-    from paramsym.experiments.teleport import regression_training
-    from paramsym.experiments.teleport.regression import RegressionConfig
-
-    config = RegressionConfig(runs=runs)
-    regression_training.warm_up(config.problem(0))
-    rows = []
+    plans = {"paper": rt.RegressionTeleport(), "default": rt.RegressionTeleport(steps=10, lr=None)}
+    rt.warm_up(rt.make_regression_problem(0))
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in plans}
     for run in range(runs):
-        base = config.train(run, "gd", steps, None, stop_at_convergence=True)
-        tele = config.train(run, "gd", steps, config.plan("gd"), stop_at_convergence=True)
-        wall, in_steps = regression_training.speedup(base, tele)
-        rows.append(
-            {
-                "run": run,
-                "baseline_seconds": base.time_to_convergence,
-                "teleport_seconds": tele.time_to_convergence,
-                "teleport_share_seconds": tele.teleport_seconds,
-                "baseline_steps": base.converged_step,
-                "teleport_steps": tele.converged_step,
-                "wall_clock_speedup": wall,
-                "step_speedup": in_steps,
-            }
-        )
-    speedups = [r["wall_clock_speedup"] for r in rows if math.isfinite(r["wall_clock_speedup"])]
-    return {
-        "runs": rows,
-        "converged_pairs": len(speedups),
-        "median_wall_clock_speedup": statistics.median(speedups) if speedups else math.nan,
-        "target_at_least": 1.5,
-    }
+        problem = rt.make_regression_problem(run)
+        base = rt.train_regression(problem, "gd", 1e-4, steps, None, stop_at_convergence=True)
+        for name, plan in plans.items():
+            tele = rt.train_regression(problem, "gd", 1e-4, steps, plan, stop_at_convergence=True)
+            wall, in_steps = rt.speedup(base, tele)
+            rows[name].append(
+                {
+                    "run": run,
+                    "baseline_seconds": base.time_to_convergence,
+                    "teleport_seconds": tele.time_to_convergence,
+                    "teleport_share_seconds": tele.teleport_seconds,
+                    "baseline_steps": base.converged_step,
+                    "teleport_steps": tele.converged_step,
+                    "wall_clock_speedup": wall,
+                    "step_speedup": in_steps,
+                }
+            )
+    out: dict[str, Any] = {"target_at_least": 1.5}
+    for name, table in rows.items():
+        wall = [r["wall_clock_speedup"] for r in table if math.isfinite(r["wall_clock_speedup"])]
+        in_steps = [r["step_speedup"] for r in table if math.isfinite(r["step_speedup"])]
+        out[name] = {
+            "runs": table,
+            "converged_pairs": len(wall),
+            "median_wall_clock_speedup": statistics.median(wall) if wall else math.nan,
+            "median_step_speedup": statistics.median(in_steps) if in_steps else math.nan,
+        }
+    return out
 
 
 def level_set_comparison(repeats: int) -> dict[str, Any]:
@@ -236,12 +330,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/teleport.json"))
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--runs", type=int, default=5, help="regression runs for the speedup")
+    parser.add_argument("--runs", type=int, default=8, help="regression runs for the speedup")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for every timing")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     warnings.simplefilter("ignore", ps.ParamsymWarning)
     sections = {
-        "ascent_step_cost": lambda: ascent_step_cost(args.repeats),
+        "whole_teleport_cost": lambda: whole_teleport_cost(args.repeats),
+        "data_dependent_step_cost": lambda: data_dependent_step_cost(args.repeats),
+        "curvature_objective_cost": lambda: curvature_objective_cost(max(1, args.repeats // 3)),
         "teleport_versus_epoch": lambda: teleport_versus_epoch(max(1, args.repeats // 3)),
         "regression_speedup": lambda: regression_speedup(args.runs),
         "level_set_comparison": lambda: level_set_comparison(args.repeats),

@@ -17,7 +17,8 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, equivariance = run_blocks(capsys)
+    ten_lines, teleport, equivariance = run_blocks(capsys)
+    assert teleport == ["True transport True"]
     assert equivariance == ["True True"]
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]

@@ -292,7 +292,7 @@ def test_the_guides_optimizer_converges_from_the_default_teleport():
     finals = []
     for net in (model, original):
         optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        start = float(loss_fn(net(batch[0]), batch[1]))
+        start = float(loss_fn(net(batch[0]), batch[1]).detach())
         for _ in range(200):
             optimizer.zero_grad()
             loss = loss_fn(net(batch[0]), batch[1])

@@ -154,7 +154,8 @@ class ScalingTransportAscent(TransportAscent):
                     per_axis[slot.axis] = per_axis.get(slot.axis, 0.0) + term
                 else:
                     commons[slot.name] = commons.get(slot.name, 0.0) + term[0]
-        zero = torch.zeros((), dtype=log_scales[0].dtype, device=log_scales[0].device)
+        ref = next(iter(self.theta.values()))
+        zero = torch.zeros((), dtype=ref.dtype, device=ref.device)
         value = torch.full_like(zero, self.untouched)
         by_axis: dict[str, dict[int, Tensor]] = {}
         by_common: dict[str, Tensor] = {}
