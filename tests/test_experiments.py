@@ -398,6 +398,7 @@ QUICK_CLAIMS_REPORTED = (
     "gradient-subspace",
     "noether-flow",
     "sharpness-curvature-correlation",
+    "teleport-generalization",
 )
 
 

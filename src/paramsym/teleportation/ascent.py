@@ -192,37 +192,31 @@ class HessianAscent(AscentPath):
         """J and L at q(0) and the ascent rates ∂J(q(ξ))/∂ξ at ξ = 0, with q(ξ) the point
         moved by g(ξ_s) through every action in turn (q(0) = ``params`` for group actions; the
         batch-fixed point ``act(θ, I)`` for data-dependent ones, see :meth:`Orbit.rebase`):
-        ∇_θJ at q(0) by reverse over reverse (2H∇L for ‖∇L‖²), then a VJP through the
-        actions, which costs no pass through the network. With ``ascent=False``, J and L at
-        ``params`` itself and no rates."""
+        one backward pass from J to ξ, through ∇L (reverse over reverse: 2H∇L for ‖∇L‖²) and
+        on through the actions, which costs no further pass through the network. With
+        ``ascent=False``, J and L at ``params`` itself and no rates."""
         self.evaluations += 1
         base = {k: v.detach() for k, v in params.items()}
         with torch.enable_grad():
             xis, moved = self.orbit.through_actions(base) if ascent else ([], base)
-            # J's θ-gradient at the moved point, with its coordinates independent (a moved
-            # tensor may depend on another through a data-dependent action's features) ...
+            # the point q(ξ) as independent coordinates: p + (q − stop_gradient(q)) equals q,
+            # its ∇L is taken with respect to p (a moved tensor may depend on another through
+            # a data-dependent action's features), and ∂/∂ξ still flows through q
             leaves = {k: v.detach().requires_grad_(True) for k, v in moved.items()}
-            context = TeleportContext(self.model, leaves, self.loss_fn, self.batch, self.optimizer)
+            point = {
+                k: leaves[k] + (v - v.detach()) if v.requires_grad else leaves[k]
+                for k, v in moved.items()
+            }
+            context = TeleportContext(self.model, point, self.loss_fn, self.batch, self.optimizer)
             value = self.objective(context)
             loss = float(context.loss.detach())
             grad_norm = math.nan
             if with_grad_norm or context.has_gradient:
                 grad_norm = norm(context.gradient)
             rates = [torch.zeros_like(xi) for xi in xis]
-            names = [k for k, v in moved.items() if v.requires_grad]
-            if xis and names and value.requires_grad:
-                to_theta = torch.autograd.grad(
-                    value, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
-                )
-                # ... pulled back to the algebra by a VJP through the actions
+            if xis and value.requires_grad:
                 rates = list(
-                    torch.autograd.grad(
-                        [moved[k] for k in names],
-                        xis,
-                        grad_outputs=list(to_theta),
-                        allow_unused=True,
-                        materialize_grads=True,
-                    )
+                    torch.autograd.grad(value, xis, allow_unused=True, materialize_grads=True)
                 )
         return Point(
             {k: v.detach() for k, v in moved.items()},

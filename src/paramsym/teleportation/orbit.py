@@ -93,7 +93,8 @@ class Orbit:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
             for s, xi in zip(self.symmetries, xis, strict=True):
-                current = s.act(current, self.element(s, xi), self._x(s))
+                # I + ξ: the same first derivative at ξ = 0 as exp(ξ), without matrix_exp
+                current = s.act(current, s.linear_element(xi), self._x(s))
         return xis, current
 
     def rebase(self, params: Mapping[str, Tensor]) -> Params:
