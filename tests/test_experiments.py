@@ -399,6 +399,7 @@ QUICK_CLAIMS_REPORTED = (
     "noether-flow",
     "sharpness-curvature-correlation",
     "teleport-generalization",
+    "learned-teleport",
 )
 
 

@@ -279,6 +279,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport.optimizers",
     "paramsym.experiments.teleport.curvature_intuition",
     "paramsym.experiments.teleport.flatness_correlation",
+    "paramsym.experiments.teleport.learned_teleport",
     "paramsym.experiments.teleport.generalization",
     "paramsym.experiments.teleport_ntk.linearization",
     "paramsym.experiments.teleport_ntk.alignment",

@@ -484,8 +484,8 @@ class LearnedTeleporter(nn.Module):
                         meta = torch.stack(window).sum()
                         if not bool(torch.isfinite(meta)):
                             raise NonFiniteError(
-                                f"meta_train: the meta-loss became {float(meta)} on task {i} "
-                                f"at step {t}; lower config.update_scale or the meta lrs"
+                                f"meta_train: the meta-loss became {float(meta.detach())} on task "
+                                f"{i} at step {t}; lower config.update_scale or the meta lrs"
                             )
                         optimizer.zero_grad()
                         meta.backward()
