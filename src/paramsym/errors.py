@@ -70,6 +70,11 @@ class FixedPointError(ParamsymError, ValueError):
     on the fixed set T(θ) = θ; the message says how far off and how to project."""
 
 
+class DiscoveryError(ParamsymError, RuntimeError):
+    """Symmetry discovery cannot set up its constraint system (every sampled gradient is zero, or
+    the rows carry no information); the message says what was sampled and what to change."""
+
+
 class ParamsymWarning(UserWarning):
     """Base class of paramsym's warnings."""
 
@@ -106,3 +111,9 @@ class ApproximateEquivarianceWarning(ParamsymWarning):
     """A transformation labelled approximate (``exact=False``, e.g. normalisation-layer scale
     invariance with eps > 0) failed the equivariance sanity check by the measured residual; the
     identities are reported anyway and hold only approximately."""
+
+
+class AmbiguousDimensionWarning(ParamsymWarning):
+    """Exact symmetry discovery could not decide the dimension of the symmetry algebra: a
+    singular value lies too close to the null threshold, or doubling the samples changed the
+    null-space dimension; the result reports ``determined=False`` with the numbers."""
