@@ -17,9 +17,10 @@ def run_blocks(capsys):
 
 
 def test_readme_examples(capsys):
-    ten_lines, teleport, equivariance = run_blocks(capsys)
+    ten_lines, teleport, equivariance, discovery = run_blocks(capsys)
     assert teleport == ["True transport True"]
     assert equivariance == ["True True"]
+    assert discovery == ["9 True", "0 0 True"]
     assert "rescaling[0->2]" in ten_lines[0]
     assert "permutation[2->4]" in ten_lines[0]
     assert ten_lines[1] == "True"

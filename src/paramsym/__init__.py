@@ -10,7 +10,16 @@ The public API (see DESIGN.md and the README)::
     ps.hvp(model, loss_fn, (x, y), v)      # curvature primitives
 """
 
-from paramsym import connectivity, conserved, ensembles, equivariance, landscapes, nn, symo
+from paramsym import (
+    connectivity,
+    conserved,
+    discovery,
+    ensembles,
+    equivariance,
+    landscapes,
+    nn,
+    symo,
+)
 from paramsym.connectivity import (
     PermutationSpec,
     WeightMatchingConfig,
@@ -62,6 +71,14 @@ from paramsym.curvature import (
     tangent_matrix,
     top_eigenvalues,
 )
+from paramsym.discovery import (
+    CatalogueComparison,
+    DiscoveryResult,
+    LearnedSymmetry,
+    LearnedSymmetryConfig,
+    compare_to_catalogue,
+    discover_symmetries,
+)
 from paramsym.ensembles import GroupEnsemble, fgsm, group_ensemble, pgd
 from paramsym.equivariance import (
     DiscreteSymmetry,
@@ -83,10 +100,12 @@ from paramsym.equivariance import (
     stationary_null_space,
 )
 from paramsym.errors import (
+    AmbiguousDimensionWarning,
     ApproximateActionWarning,
     ApproximateConservationWarning,
     ApproximateEquivarianceWarning,
     AutodiffError,
+    DiscoveryError,
     EquivarianceError,
     FixedPointError,
     InvalidArgumentError,
@@ -150,13 +169,17 @@ from paramsym.teleportation import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AmbiguousDimensionWarning",
     "ApproximateActionWarning",
     "ApproximateConservationWarning",
     "ApproximateEquivarianceWarning",
     "AutodiffError",
+    "CatalogueComparison",
     "ConservedTracker",
     "Curvature",
     "CurvatureStructure",
+    "DiscoveryError",
+    "DiscoveryResult",
     "DiscreteSymmetry",
     "EigenResult",
     "ElementwiseQ",
@@ -174,6 +197,8 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidGroupElementError",
     "InverseActivationGL",
+    "LearnedSymmetry",
+    "LearnedSymmetryConfig",
     "LearnedTeleportConfig",
     "LearnedTeleporter",
     "MissingParameterError",
@@ -217,11 +242,14 @@ __all__ = [
     "axpy",
     "check_identities",
     "chord_bound",
+    "compare_to_catalogue",
     "component_label",
     "connectivity",
     "conserved",
     "conserved_quantities",
     "curve_geometry",
+    "discover_symmetries",
+    "discovery",
     "eigen_alignment",
     "ensembles",
     "equivariance",

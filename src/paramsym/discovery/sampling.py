@@ -1,0 +1,267 @@
+"""Samples for exact discovery: parameter draws θ, data batches, and loss gradients.
+
+Parameter draws (``theta=``):
+
+* ``"init"`` (default): the model's own initialisation drawn again, by calling
+  ``reset_parameters()`` on a copy of every module that has one, under a seed taken from the
+  discovery's generator. Parameters of modules without ``reset_parameters`` are drawn as in
+  ``"gaussian"``. A symmetry must hold at every θ, and the init distribution covers the
+  region where the model is used.
+* ``"gaussian"``: θ = θ₀ + s · rms(θ₀_k) · ε per tensor k, ε ~ N(0, I), around the model's
+  current point θ₀ (``s = theta_scale``; a zero tensor uses rms 1). Useful to study the
+  symmetries near a trained point.
+* a callable ``theta(generator) -> params dict``.
+
+Data (``data=``): one ``(x, y)`` batch, a sequence or iterable of batches (cycled), or a
+callable that returns a fresh batch (called with the generator if it takes an argument).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from paramsym.core.params import Params, check_finite, functional_call
+from paramsym.errors import InvalidArgumentError, NonFiniteError
+
+Batch = tuple[Tensor, Tensor]
+ThetaSpec = Literal["init", "gaussian"] | Callable[[torch.Generator], Mapping[str, Tensor]]
+DataSpec = Batch | Iterable[Batch] | Callable[..., Batch]
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def _seed(generator: torch.Generator) -> int:
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+class ParameterSampler:
+    """Draws θ (a params dict over ``names``, in ``dtype``) as the module docstring describes."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        names: Sequence[str],
+        spec: ThetaSpec,
+        scale: float,
+        dtype: torch.dtype,
+        generator: torch.Generator,
+        center: Mapping[str, Tensor] | None = None,
+    ) -> None:
+        if not callable(spec) and spec not in ("init", "gaussian"):
+            raise InvalidArgumentError(
+                f"theta: expected 'init', 'gaussian' or a callable, got {spec!r}"
+            )
+        if not (math.isfinite(scale) and scale > 0):
+            raise InvalidArgumentError(f"theta_scale must be finite and > 0, got {scale}")
+        self.names = list(names)
+        self.spec = spec
+        self.scale = float(scale)
+        self.dtype = dtype
+        self.generator = generator
+        own = dict(model.named_parameters())
+        base = {n: (center[n] if center is not None else own[n]).detach() for n in self.names}
+        self.center = {n: t.to(dtype) for n, t in base.items()}
+        self.notes: list[str] = []
+        self._copy: nn.Module | None = None
+        self._uncovered: list[str] = []
+        if spec == "init":
+            self._copy = copy.deepcopy(model)
+            covered = set()
+            for prefix, module in self._copy.named_modules():
+                if callable(getattr(module, "reset_parameters", None)):
+                    for n, _ in module.named_parameters(recurse=False):
+                        covered.add(f"{prefix}.{n}" if prefix else n)
+            self._uncovered = [n for n in self.names if n not in covered]
+            if self._uncovered:
+                self.notes.append(
+                    f"parameters {self._uncovered[:5]} have no reset_parameters(); they are "
+                    "drawn around the model's values as with theta='gaussian'"
+                )
+
+    def _gaussian(self, name: str) -> Tensor:
+        t = self.center[name]
+        rms = float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
+        noise = torch.randn(t.shape, generator=self.generator, dtype=self.dtype).to(t.device)
+        return t + self.scale * (rms if rms > 0 else 1.0) * noise
+
+    def draw(self) -> Params:
+        """One θ as a dict of fresh tensors."""
+        if callable(self.spec):
+            drawn = self.spec(self.generator)
+            missing = [n for n in self.names if n not in drawn]
+            if missing:
+                raise InvalidArgumentError(f"theta callable: the draw lacks parameters {missing}")
+            out = {n: drawn[n].detach().to(self.dtype, copy=True) for n in self.names}
+        elif self.spec == "gaussian":
+            out = {n: self._gaussian(n) for n in self.names}
+        else:
+            assert self._copy is not None
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(_seed(self.generator))
+                with torch.no_grad():
+                    for module in self._copy.modules():
+                        reset = getattr(module, "reset_parameters", None)
+                        if callable(reset) and any(True for _ in module.parameters(recurse=False)):
+                            reset()
+            own = dict(self._copy.named_parameters())
+            out = {
+                n: self._gaussian(n)
+                if n in self._uncovered
+                else own[n].detach().to(self.dtype, copy=True)
+                for n in self.names
+            }
+        check_finite(out, "discover_symmetries (a sampled θ)")
+        return out
+
+
+def _check_batch(batch: Any, dtype: torch.dtype, where: str) -> Batch:
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise InvalidArgumentError(
+            f"{where}: a batch must be an (x, y) pair of tensors, got {type(batch).__name__}"
+        )
+    x, y = batch
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+        raise InvalidArgumentError(f"{where}: a batch must be an (x, y) pair of tensors")
+    if x.is_floating_point():
+        x = x.to(dtype)
+    if y.is_floating_point():
+        y = y.to(dtype)
+    if x.numel() == 0 or x.shape[0] == 0:
+        raise InvalidArgumentError(f"{where}: the batch x is empty")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise NonFiniteError(f"{where}: the batch x has NaN or infinite entries")
+    if not bool((x != 0).any()):
+        raise InvalidArgumentError(
+            f"{where}: the input batch x is all zero; the loss gradients then carry no "
+            "information about how the parameters act on data, so no symmetry can be "
+            "decided. Pass real (or random) inputs"
+        )
+    return x, y
+
+
+def _is_single_batch(data: Any) -> bool:
+    return isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], Tensor)
+
+
+class DataStream:
+    """Batches from ``data`` (see the module docstring), checked and cast to ``dtype``."""
+
+    def __init__(self, data: DataSpec, dtype: torch.dtype, generator: torch.Generator) -> None:
+        self.dtype = dtype
+        self.generator = generator
+        self.single: Batch | None = None
+        self._draw: Callable[[], Any] | None = None
+        self._sequence: list[Any] | None = None
+        self._iterable: Iterable[Any] | None = None
+        self._iterator: Iterator[Any] | None = None
+        self._index = 0
+        if _is_single_batch(data):
+            self.single = _check_batch(data, dtype, "discover_symmetries(data)")
+            self.kind = "batch"
+        elif callable(data):
+            takes_generator = _takes_argument(data)
+            self._draw = (lambda: data(generator)) if takes_generator else data
+            self.kind = "callable"
+        elif isinstance(data, Sequence):
+            if len(data) == 0:
+                raise InvalidArgumentError(
+                    "discover_symmetries(data): the list of batches is empty"
+                )
+            self._sequence = list(data)
+            self.kind = "sequence"
+        elif isinstance(data, Iterable):
+            self._iterable = data
+            self.kind = "iterable"
+        else:
+            raise InvalidArgumentError(
+                "discover_symmetries(data): expected an (x, y) batch, an iterable of batches or "
+                f"a callable returning one, got {type(data).__name__}"
+            )
+
+    def next(self) -> Batch:
+        if self.single is not None:
+            return self.single
+        if self._draw is not None:
+            return _check_batch(self._draw(), self.dtype, "discover_symmetries(data())")
+        if self._sequence is not None:
+            batch = self._sequence[self._index % len(self._sequence)]
+            self._index += 1
+            return _check_batch(batch, self.dtype, "discover_symmetries(data[i])")
+        assert self._iterable is not None
+        for _ in range(2):
+            if self._iterator is None:
+                self._iterator = iter(self._iterable)
+            try:
+                return _check_batch(next(self._iterator), self.dtype, "discover_symmetries(data)")
+            except StopIteration:
+                if self._iterator is self._iterable:  # a one-shot iterator cannot restart
+                    break
+                self._iterator = None
+        raise InvalidArgumentError(
+            "discover_symmetries(data): the iterator of batches ran out; pass a list, a "
+            "re-iterable loader or a callable"
+        )
+
+
+def _takes_argument(fn: Callable[..., Any]) -> bool:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    required = [
+        p
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(required) >= 1
+
+
+def loss_gradients(
+    model: nn.Module,
+    loss_fn: LossFn,
+    params: Mapping[str, Tensor],
+    names: Sequence[str],
+    batches: Sequence[Batch],
+    per_example: bool,
+) -> Tensor:
+    """Flattened loss gradients at θ, shape (b, P): one row per example of every batch
+    (``per_example``) or one per batch. One ``vmap`` call when the shapes allow it, a loop
+    otherwise (models that do not vmap)."""
+    fixed = {k: v for k, v in params.items() if k not in names}
+    theta = {n: params[n] for n in names}
+
+    def loss(theta: dict[str, Tensor], xs: Tensor, ys: Tensor) -> Tensor:
+        return loss_fn(functional_call(model, {**fixed, **theta}, xs), ys)
+
+    gradient = torch.func.grad(loss)
+    if per_example:
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+
+        def one(theta: dict[str, Tensor], xi: Tensor, yi: Tensor) -> dict[str, Tensor]:
+            return gradient(theta, xi.unsqueeze(0), yi.unsqueeze(0))
+
+        fn: Callable[[dict[str, Tensor], Tensor, Tensor], dict[str, Tensor]] = one
+        xs, ys = x, y
+    else:
+        fn = gradient
+        same = all(
+            b[0].shape == batches[0][0].shape and b[1].shape == batches[0][1].shape for b in batches
+        )
+        if not same:
+            rows = [gradient(theta, bx, by) for bx, by in batches]
+            return torch.stack([torch.cat([r[n].reshape(-1) for n in names]) for r in rows])
+        xs = torch.stack([b[0] for b in batches])
+        ys = torch.stack([b[1] for b in batches])
+    try:
+        grads = torch.func.vmap(fn, in_dims=(None, 0, 0))(theta, xs, ys)
+    except (RuntimeError, NotImplementedError, ValueError):
+        rows = [fn(theta, xs[i], ys[i]) for i in range(xs.shape[0])]
+        grads = {n: torch.stack([r[n] for r in rows]) for n in names}
+    return torch.cat([grads[n].reshape(xs.shape[0], -1) for n in names], dim=1)
