@@ -298,7 +298,7 @@ def test_the_guides_optimizer_converges_from_the_default_teleport():
             loss = loss_fn(net(batch[0]), batch[1])
             loss.backward()
             optimizer.step()
-        finals.append(float(loss))
+        finals.append(float(loss.detach()))
         assert torch.isfinite(loss)
         assert float(loss) < 0.8 * start
     assert finals[0] < 1.2 * finals[1]

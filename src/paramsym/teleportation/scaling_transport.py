@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from paramsym.core.params import Params
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.scaling import PositiveScaling
 from paramsym.symmetry.translation import SoftmaxTranslation
 from paramsym.teleportation.ascent import Point, TransportAscent, norm
-from paramsym.teleportation.objectives import Batch, GradNorm, LossFn, Objective
-from paramsym.teleportation.orbit import Orbit
+from paramsym.teleportation.objectives import GradNorm, Objective
 
 
 def scalings_only(symmetries: Sequence[Symmetry], objective: Objective) -> bool:
@@ -92,19 +92,10 @@ class ScalingTransportAscent(TransportAscent):
     """The transport path for positive scalings (module docstring): one gradient, then a few
     matrix-vector products per step."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        loss_fn: LossFn,
-        batch: Batch,
-        objective: Objective,
-        orbit: Orbit,
-        trained: Sequence[str],
-    ) -> None:
-        super().__init__(model, loss_fn, batch, objective, orbit, trained)
-        self.scalings: list[PositiveScaling] = [
-            s for s in orbit.symmetries if isinstance(s, PositiveScaling)
-        ]
+    @cached_property
+    def scalings(self) -> list[PositiveScaling]:
+        """The orbit's positive scalings (the translations it may hold never move)."""
+        return [s for s in self.orbit.symmetries if isinstance(s, PositiveScaling)]
 
     def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
         theta = {k: v.detach() for k, v in params.items()}

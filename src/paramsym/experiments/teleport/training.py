@@ -74,25 +74,27 @@ def load_split(dataset: str, data_dir: str | None, seed: int, *, holdout: str) -
     """Flattened float32 inputs in [0, 1] and int64 labels.
 
     ``dataset``: ``"digits"`` (scikit-learn, 1347 train / 450 test, split by ``seed``),
-    ``"mnist1d"`` (4000 / 1000) or ``"mnist"`` (IDX files in ``data_dir``). For MNIST,
-    ``holdout="validation"`` splits the 60 000 training images 48 000 / 12 000 at random
-    (dissertation §4.6.1), ``holdout="test"`` trains on 50 000 of them and validates on the
-    official 10 000 test images (§5.4.2, as the authors' code does).
+    ``"mnist1d"`` (4000 / 1000), or ``"mnist"``, ``"fashion_mnist"``, ``"cifar10"`` (files in
+    ``data_dir``). For (Fashion-)MNIST, ``holdout="validation"`` splits the 60 000 training
+    images 48 000 / 12 000 at random (dissertation §4.6.1), ``holdout="test"`` trains on 50 000
+    of them and validates on the official 10 000 test images (§5.4.2, as the authors' code
+    does); CIFAR-10 keeps its 50 000 / 10 000 split.
     """
     if dataset == "digits":
         data = paramsym.data.digits(seed=seed)
     elif dataset == "mnist1d":
         data = paramsym.data.mnist1d(seed=seed)
-    elif dataset == "mnist":
-        data = paramsym.data.load("mnist", data_dir=data_dir)
+    elif dataset in ("mnist", "fashion_mnist", "cifar10"):
+        data = paramsym.data.load(dataset, data_dir=data_dir)
     else:
         raise InvalidArgumentError(
-            f"teleport experiments: dataset must be 'digits', 'mnist1d' or 'mnist', got {dataset!r}"
+            "teleport experiments: dataset must be 'digits', 'mnist1d', 'mnist', "
+            f"'fashion_mnist' or 'cifar10', got {dataset!r}"
         )
     x, y = data.train
     x = x.reshape(x.shape[0], -1).float()
     x_test = data.x_test.reshape(data.x_test.shape[0], -1).float()
-    if dataset != "mnist":
+    if dataset not in ("mnist", "fashion_mnist"):
         return Split(dataset, x, y, x_test, data.y_test)
     order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))
     if holdout == "validation":
