@@ -74,6 +74,7 @@ from paramsym.discovery.sampling import (
     LossFn,
     ParameterSampler,
     ThetaSpec,
+    draw_sample,
     loss_gradients,
 )
 from paramsym.discovery.solve import SAFETY, StackedSystem, compress, draws_needed
@@ -86,9 +87,6 @@ Solver = Literal["auto", "dense", "unitwise"]
 DEFAULT_MAX_MEMORY = 2 * 1024**3
 """Bytes the dense solver may use (rows, R factor and SVD, ≈ 8 · (3K + 3K) · K for K
 unknowns): the full ansatz fits up to P ≈ 85 parameters, K = P² ≈ 7000."""
-
-POINTS_KEPT = 4
-"""Sampled θ kept on the result for comparisons with the catalogue."""
 
 
 @dataclass
@@ -315,12 +313,7 @@ def _run_dense(
 
     def draw() -> None:
         nonlocal evaluations
-        point = sampler.draw()
-        if len(points) < POINTS_KEPT:
-            points.append(point)
-        batches = (
-            [fixed] if fixed is not None else [stream.next() for _ in range(batches_per_sample)]
-        )
+        point, batches = draw_sample(sampler, stream, fixed, batches_per_sample, points)
         grads = loss_gradients(model, loss_fn, point, ansatz.names, batches, per_example)
         evaluations += len(batches)
         theta = ansatz.flatten(point)

@@ -265,3 +265,24 @@ def loss_gradients(
         rows = [fn(theta, xs[i], ys[i]) for i in range(xs.shape[0])]
         grads = {n: torch.stack([r[n] for r in rows]) for n in names}
     return torch.cat([grads[n].reshape(xs.shape[0], -1) for n in names], dim=1)
+
+
+POINTS_KEPT = 4
+"""Parameter draws kept with a result (for tangent fields and the catalogue comparison)."""
+
+
+def draw_sample(
+    sampler: ParameterSampler,
+    stream: DataStream,
+    fixed: Batch | None,
+    batches_per_sample: int,
+    points: list[Params],
+) -> tuple[Params, list[Batch]]:
+    """One parameter draw and its batches (the fixed batch of data-dependent discovery, else
+    ``batches_per_sample`` fresh ones); the first :data:`POINTS_KEPT` draws are appended to
+    ``points``."""
+    point = sampler.draw()
+    if len(points) < POINTS_KEPT:
+        points.append(point)
+    batches = [fixed] if fixed is not None else [stream.next() for _ in range(batches_per_sample)]
+    return point, batches

@@ -18,12 +18,17 @@ from torch import Tensor
 from paramsym.core.params import Params
 from paramsym.discovery.ansatz import LayerPairAnsatz, PairBlock
 from paramsym.discovery.result import Decision, decide, relative
-from paramsym.discovery.sampling import Batch, DataStream, LossFn, ParameterSampler
+from paramsym.discovery.sampling import (
+    Batch,
+    DataStream,
+    LossFn,
+    ParameterSampler,
+    draw_sample,
+)
 from paramsym.discovery.solve import ROW_RANK_RTOL, StackedSystem, compress, draws_needed
 from paramsym.discovery.unitwise import Chain, UnitSolution, record, solve_units, unit_coefficients
 from paramsym.errors import DiscoveryError
 
-POINTS_KEPT = 4
 PROBED_UNITS = 3
 """Unit systems per layer whose rank the first draw is measured on."""
 
@@ -123,12 +128,7 @@ def run_unitwise(
 
     def draw() -> None:
         nonlocal evaluations
-        point = sampler.draw()
-        if len(points) < POINTS_KEPT:
-            points.append(point)
-        batches = (
-            [fixed] if fixed is not None else [stream.next() for _ in range(batches_per_sample)]
-        )
+        point, batches = draw_sample(sampler, stream, fixed, batches_per_sample, points)
         count = 0
         out_rows: list[Tensor] = []
         out_scales: list[Tensor] = []
