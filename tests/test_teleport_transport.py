@@ -4,7 +4,8 @@
   ascent on ‖∇L‖² needs one gradient per teleport (``method="transport"``). Its ascent rates
   equal the Hessian path's (reverse over reverse through the actions) to 1e-12 on MLPs, a CNN,
   a residual MLP with a custom ``forward`` (GL and rescaling together), a ResNet block in
-  evaluation mode and a linear net (GL), and whole teleports agree step by step.
+  evaluation mode, a linear net (GL) and a Hugging Face GPT2Model (attention GL, LayerNorm
+  rescalings), and whole teleports agree step by step.
 * The log-scale path for positive scalings equals the generic transport path.
 * The transport method's one loss check undoes a teleport along a "symmetry" that is not one.
 * The scale-free default (trust-region steps of ‖ξ‖ = 0.1) raises ‖∇L‖² by at least 10% on the
@@ -53,10 +54,12 @@ class Case:
     loss_fn: Callable[..., torch.Tensor]
     batch: tuple[Any, Any]
     scalings_path: bool  # whether the log-scale path applies to its default symmetries
+    exact_only: bool = False  # leave out approximate symmetries (LayerNorm's eps)
 
     @property
     def symmetries(self) -> list[ps.Symmetry]:
-        return default_symmetries(self.model, self.loss_fn, self.batch[0])
+        found = default_symmetries(self.model, self.loss_fn, self.batch[0])
+        return [s for s in found if s.exact] if self.exact_only else found
 
 
 def _mlp() -> Case:
@@ -89,7 +92,23 @@ def _linear() -> Case:
     return Case(random_mlp("identity"), nn.MSELoss(), random_batch(8), False)
 
 
+def _gpt2() -> Case:
+    """A Hugging Face GPT2Model built from a tiny config: per-head query-key and value-output
+    GL(8) and the LayerNorm-to-linear rescalings; the whole-block norm scaling is approximate
+    (LayerNorm's eps), so it is left out here and makes ``method="auto"`` take the Hessian path."""
+    pytest.importorskip("transformers")
+    from paramsym.nn.hf import hf_gpt2
+
+    torch.manual_seed(7)
+    model = hf_gpt2(last_hidden_state=True).double()
+    g = seeded(8)
+    ids = torch.randint(0, 32, (2, 8), generator=g)
+    target = torch.randn(2, 8, 16, generator=g, dtype=F64)
+    return Case(model, nn.MSELoss(), (ids, target), False, exact_only=True)
+
+
 CASES = {
+    "gpt2": _gpt2,
     "mlp": _mlp,
     "cnn": _cnn,
     "residual_mlp": _residual_mlp,
@@ -174,6 +193,20 @@ def test_auto_takes_the_transport_only_where_it_is_exact():
     ]
     model = copy.deepcopy(case.model)
     result = teleport(model, case.loss_fn, case.batch, data_dependent[:1], steps=2)
+    assert result.method == "hessian"
+
+
+def test_auto_takes_the_hessian_path_with_an_approximate_symmetry():
+    """GPT-2's whole-block norm scaling is exact only up to LayerNorm's eps: with it among the
+    symmetries ``method="auto"`` differentiates through the actions instead of transporting."""
+    case = _gpt2()
+    found = default_symmetries(case.model, case.loss_fn, case.batch[0])
+    assert any(not s.exact for s in found)
+    assert len(case.symmetries) < len(found)
+    model = copy.deepcopy(case.model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TeleportDriftWarning)
+        result = teleport(model, case.loss_fn, case.batch, found, steps=2)
     assert result.method == "hessian"
 
 

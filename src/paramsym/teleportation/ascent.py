@@ -35,6 +35,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Symmetry
@@ -197,7 +198,7 @@ class HessianAscent(AscentPath):
         ``ascent=False``, J and L at ``params`` itself and no rates."""
         self.evaluations += 1
         base = {k: v.detach() for k, v in params.items()}
-        with torch.enable_grad():
+        with torch.enable_grad(), differentiable_attention():
             xis, moved = self.orbit.through_actions(base) if ascent else ([], base)
             # the point q(ξ) as independent coordinates: p + (q − stop_gradient(q)) equals q,
             # its ∇L is taken with respect to p (a moved tensor may depend on another through
