@@ -7,6 +7,13 @@
   dimension it finds against the known one (256 + 256 rescalings and the 10-dim output
   translation M = 1uᵀ), and the cost in gradient evaluations: wall time / one float64
   forward-backward pass of the same model at the batch size discovery draws;
+* **a ResNet-style net** (the zoo's ``ResidualBlockNet``: conv–BN–ReLU stem, a BasicBlock
+  with a skip, pooling, linear; evaluation mode; 8 × 8 images, cross-entropy) under the default
+  ansatz, which on a non-MLP is the layer pairs read off the traced graph (``"channels"``),
+  solved densely: wall time, dimension against the catalogue's parameter rescalings plus the
+  logit shifts, and cost in gradient evaluations; and what ResNet-18 (the detector's benchmark
+  model) would need: the dense system is refused with its size, since the unit-wise solver
+  covers only MLP chains;
 * **the dense solver** on small models (full gl(P) of a bias-free linear 3-4-2 net, P = 20,
   K = 400; the layer pairs of a 3-5-4-2 ReLU MLP, dense against unit-wise): the same two
   figures.
@@ -104,6 +111,50 @@ def layer_pairs_mlp(repeats: int) -> dict[str, Any]:
     }
 
 
+def _images(channels: int, size: int, classes: int, batch: int) -> Callable[..., Any]:
+    def draw(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(batch, channels, size, size, generator=generator, dtype=torch.float64)
+        return x, torch.randint(0, classes, (batch,), generator=generator)
+
+    return draw
+
+
+def resnet_style(width: int, repeats: int) -> dict[str, Any]:
+    from paramsym.nn.zoo import ResidualBlockNet, resnet18
+
+    torch.manual_seed(0)
+    model = ResidualBlockNet(in_channels=3, width=width).double().eval()
+    loss = nn.CrossEntropyLoss()
+    classes = int(model.fc.out_features)
+    data = _images(3, 8, classes, 32)
+    gradient = gradient_seconds(model, loss, data(torch.Generator().manual_seed(1)), 20)
+    results = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = discover_symmetries(model, loss, data)
+        results.append((time.perf_counter() - start, result))
+    seconds, result = sorted(results, key=lambda r: r[0])[len(results) // 2]
+    expected = 2 * width + classes  # two BN→conv/linear rescalings, the logit shifts
+    out: dict[str, Any] = {
+        "model": f"ResidualBlockNet(width={width}), eval mode, 8x8 inputs, cross-entropy, float64",
+        "batch": 32,
+        **_summary(result, seconds, gradient),
+        "ansatz": result.ansatz,
+        "expected_dim": expected,
+        "dim_matches": result.dim == expected,
+        "target_seconds": 30.0,
+        "within_target": seconds < 30.0,
+        "repeats": repeats,
+    }
+    big = resnet18().double().eval()
+    try:
+        discover_symmetries(big, loss, _images(3, 32, 1000, 2), samples=2)
+        out["resnet18"] = "ran (unexpected: the dense system should not fit)"
+    except ps.InvalidArgumentError as error:
+        out["resnet18"] = str(error)
+    return out
+
+
 def dense_small(repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     linear = ps.mlp([3, 4, 2], "identity", bias=False, seed=0, dtype=torch.float64)
@@ -139,6 +190,7 @@ def main() -> None:
     sections = {
         "dense_small": lambda: dense_small(max(3, args.repeats)),
         "layer_pairs_mlp": lambda: layer_pairs_mlp(args.repeats),
+        "resnet_style": lambda: resnet_style(16, args.repeats),
     }
     run_sections(sections, args.out)
 

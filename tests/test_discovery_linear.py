@@ -421,9 +421,11 @@ def test_model_without_parameters_is_an_error():
 
 
 def test_layer_pairs_refuse_non_linear_parameters_and_unitwise_non_chains():
+    """The MLP class refuses a conv (``ansatz="layer_pairs"`` then reads the pairs off the
+    traced graph: tests/test_discovery_channels.py)."""
     conv = nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten(), nn.Linear(2, 1)).double()
     with pytest.raises(ps.InvalidArgumentError, match=r"'0.weight'.*nn.Linear"):
-        discover_symmetries(conv, MSE, (torch.randn(4, 1, 3).double(), torch.randn(4, 1).double()))
+        LayerPairAnsatz(conv)
 
     class Skip(nn.Module):
         def __init__(self) -> None:

@@ -12,6 +12,7 @@ network a(g, θ, X) trained on random (θ, data) samples with the six terms of o
 
 from paramsym.discovery.ansatz import Ansatz, FullAnsatz, LayerPairAnsatz
 from paramsym.discovery.basis import BasisAnsatz, make_ansatz
+from paramsym.discovery.channels import ChannelAnsatz
 from paramsym.discovery.compare import (
     CatalogueComparison,
     ClosureReport,
@@ -33,6 +34,7 @@ __all__ = [
     "Ansatz",
     "BasisAnsatz",
     "CatalogueComparison",
+    "ChannelAnsatz",
     "ClosureReport",
     "DiscoveredGenerator",
     "DiscoveryResult",

@@ -7,8 +7,9 @@ give the rows ⟨∇ℓ(θ; x), B_j θ⟩ of :mod:`paramsym.discovery.ansatz`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,7 @@ from paramsym.discovery.ansatz import (
     features,
     linear_layers,
 )
+from paramsym.discovery.channels import ChannelAnsatz
 from paramsym.errors import InvalidArgumentError, ShapeError
 
 
@@ -126,16 +128,34 @@ class BasisAnsatz(Ansatz):
         return out
 
 
-AnsatzSpec = Literal["layer_pairs", "full"] | Ansatz | Sequence[BasisElement]
-"""``"layer_pairs"``, ``"full"``, an :class:`Ansatz`, or a basis (matrices / linear maps)."""
+AnsatzSpec = Literal["layer_pairs", "channels", "full"] | Ansatz | Sequence[BasisElement]
+"""``"layer_pairs"``, ``"channels"``, ``"full"``, an :class:`Ansatz`, or a basis (matrices /
+linear maps)."""
 
 EDGE_BLOCK_LIMIT = 64
 """``"layer_pairs"`` includes the input block when the model has at most this many inputs, and
 the output block when it has at most this many outputs (each adds width² unknowns)."""
 
 
-def make_ansatz(model: nn.Module, names: Sequence[str], spec: AnsatzSpec) -> Ansatz:
-    """Build the ansatz named by ``spec`` for ``model``'s parameters ``names``."""
+def _is_mlp(model: nn.Module, names: Sequence[str]) -> bool:
+    """Whether every parameter in ``names`` belongs to a chain of ``nn.Linear`` layers."""
+    layers = linear_layers(model)
+    owned = {f"{p}.{a}" if p else a for p, m in layers for a, _ in m.named_parameters()}
+    chained = all(
+        features(a, "out_features") == features(b, "in_features")
+        for (_, a), (_, b) in itertools.pairwise(layers)
+    )
+    return bool(layers) and chained and set(names) <= owned
+
+
+def make_ansatz(
+    model: nn.Module, names: Sequence[str], spec: AnsatzSpec, example_input: Any = None
+) -> Ansatz:
+    """Build the ansatz named by ``spec`` for ``model``'s parameters ``names``.
+
+    ``"layer_pairs"`` is :class:`LayerPairAnsatz` on an MLP and, on any other model, the same
+    blocks read off the traced graph (:class:`~paramsym.discovery.channels.ChannelAnsatz`,
+    traced with ``example_input``); ``"channels"`` asks for the latter on any model."""
     params = dict(model.named_parameters())
     shapes = [params[n].shape for n in names]
     if isinstance(spec, Ansatz):
@@ -148,6 +168,14 @@ def make_ansatz(model: nn.Module, names: Sequence[str], spec: AnsatzSpec) -> Ans
     if isinstance(spec, str):
         if spec == "full":
             return FullAnsatz(names, shapes)
+        if spec == "channels" or (spec == "layer_pairs" and not _is_mlp(model, names)):
+            if example_input is None:
+                raise InvalidArgumentError(
+                    f"ansatz {spec!r}: {type(model).__name__} is not an MLP of nn.Linear "
+                    "layers, so its layer pairs are read off the traced graph, which needs an "
+                    "example input"
+                )
+            return ChannelAnsatz(model, names, example_input)
         if spec == "layer_pairs":
             layers = linear_layers(model)
             first = features(layers[0][1], "in_features") if layers else 0
@@ -159,8 +187,8 @@ def make_ansatz(model: nn.Module, names: Sequence[str], spec: AnsatzSpec) -> Ans
                 output_block=last <= EDGE_BLOCK_LIMIT,
             )
         raise InvalidArgumentError(
-            f"ansatz: unknown name {spec!r}; use 'layer_pairs', 'full', an Ansatz, or a list of "
-            "basis matrices / linear maps"
+            f"ansatz: unknown name {spec!r}; use 'layer_pairs', 'channels', 'full', an Ansatz, "
+            "or a list of basis matrices / linear maps"
         )
     if isinstance(spec, Sequence):
         return BasisAnsatz(names, shapes, list(cast(Sequence[BasisElement], spec)))

@@ -160,9 +160,12 @@ def discover_symmetries(
             ``data_dependent``).
         ansatz: ``"layer_pairs"`` (left/right multiplications of consecutive ``nn.Linear``
             layers; the input block when the model has ≤ 64 inputs, the output block when it
-            has ≤ 64 outputs), ``"full"`` (gl(P), P ≲ 60), an
-            :class:`~paramsym.discovery.Ansatz`, or a basis: (P, P) matrices or linear maps of
-            params dicts.
+            has ≤ 64 outputs; on a model that is not such an MLP, the same blocks read off the
+            traced graph: ``"channels"``), ``"channels"``
+            (:class:`~paramsym.discovery.channels.ChannelAnsatz`: one block per module and
+            feature space of the traced graph, for CNNs, BatchNorm, residual blocks),
+            ``"full"`` (gl(P), P ≲ 60), an :class:`~paramsym.discovery.Ansatz`, or a basis:
+            (P, P) matrices or linear maps of params dicts.
         data_dependent: fix the batch X (the first of ``data``) and sample only θ: the
             data-dependent symmetries of Def. 1.3.4 (per example of X).
         samples: parameter draws in the final system; ``None`` chooses them from the rank the
@@ -223,8 +226,8 @@ def discover_symmetries(
             f"discover_symmetries: solver must be 'auto', 'dense' or 'unitwise', got {solver!r}"
         )
     rng = make_generator(generator)
-    the_ansatz = make_ansatz(model, names, ansatz)
     stream = DataStream(data, dtype, rng)
+    the_ansatz = make_ansatz(model, names, ansatz, example_input=stream.peek()[0])
     sampler = ParameterSampler(model, names, theta, theta_scale, dtype, rng, center=params)
     fixed = stream.next() if data_dependent else None
     if fixed is None and stream.kind == "batch":
@@ -275,6 +278,11 @@ def _choose_solver(
             )
         if isinstance(ansatz, LayerPairAnsatz):
             hint = f"the unit-wise solver does not apply ({reason}); use a smaller model"
+    if ansatz.kind == "channels":
+        hint = (
+            "the unit-wise solver covers MLP chains only; pass a basis that acts on the part "
+            "of the model you want to study, or use a smaller model"
+        )
     if needed > max_memory:
         raise InvalidArgumentError(
             f"discover_symmetries: the {ansatz.kind} ansatz has {ansatz.size} unknowns "

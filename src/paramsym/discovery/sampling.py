@@ -5,7 +5,10 @@ Parameter draws (``theta=``):
 * ``"init"`` (default): the model's own initialisation drawn again, by calling
   ``reset_parameters()`` on a copy of every module that has one, under a seed taken from the
   discovery's generator. Parameters of modules without ``reset_parameters`` are drawn as in
-  ``"gaussian"``. A symmetry must hold at every θ, and the init distribution covers the
+  ``"gaussian"``; a parameter whose initialisation is a constant (BatchNorm's and LayerNorm's
+  weight 1 and bias 0) gets Gaussian noise around it, otherwise every draw would share that
+  point and any generator that vanishes there (M·1 = 0 on a norm layer's weight) would pass
+  for a symmetry. A symmetry must hold at every θ, and the init distribution covers the
   region where the model is used.
 * ``"gaussian"``: θ = θ₀ + s · rms(θ₀_k) · ε per tensor k, ε ~ N(0, I), around the model's
   current point θ₀ (``s = theta_scale``; a zero tensor uses rms 1). Useful to study the
@@ -70,6 +73,7 @@ class ParameterSampler:
         self.notes: list[str] = []
         self._copy: nn.Module | None = None
         self._uncovered: list[str] = []
+        self._constant: list[str] = []
         if spec == "init":
             self._copy = copy.deepcopy(model)
             covered = set()
@@ -85,7 +89,10 @@ class ParameterSampler:
                 )
 
     def _gaussian(self, name: str) -> Tensor:
-        t = self.center[name]
+        return self._spread(self.center[name])
+
+    def _spread(self, t: Tensor) -> Tensor:
+        """t + s · rms(t) · ε (rms 1 for a zero tensor)."""
         rms = float(t.pow(2).mean().sqrt()) if t.numel() else 0.0
         noise = torch.randn(t.shape, generator=self.generator, dtype=self.dtype).to(t.device)
         return t + self.scale * (rms if rms > 0 else 1.0) * noise
@@ -110,12 +117,23 @@ class ParameterSampler:
                         if callable(reset) and any(True for _ in module.parameters(recurse=False)):
                             reset()
             own = dict(self._copy.named_parameters())
-            out = {
-                n: self._gaussian(n)
-                if n in self._uncovered
-                else own[n].detach().to(self.dtype, copy=True)
-                for n in self.names
-            }
+            out = {}
+            for n in self.names:
+                if n in self._uncovered:
+                    out[n] = self._gaussian(n)
+                    continue
+                value = own[n].detach().to(self.dtype, copy=True)
+                if value.numel() > 1 and bool((value == value.reshape(-1)[0]).all()):
+                    # a constant initialisation (a norm layer's weight 1 and bias 0) would
+                    # make every draw the same point there: spread it so that θ is generic
+                    if n not in self._constant:
+                        self._constant.append(n)
+                        self.notes.append(
+                            f"parameter {n} is constant at initialisation; it is drawn with "
+                            "Gaussian noise around that value so that the draws are generic"
+                        )
+                    value = self._spread(value)
+                out[n] = value
         check_finite(out, "discover_symmetries (a sampled θ)")
         return out
 
@@ -161,6 +179,7 @@ class DataStream:
         self._iterable: Iterable[Any] | None = None
         self._iterator: Iterator[Any] | None = None
         self._index = 0
+        self._pending: Batch | None = None
         if _is_single_batch(data):
             self.single = _check_batch(data, dtype, "discover_symmetries(data)")
             self.kind = "batch"
@@ -184,7 +203,16 @@ class DataStream:
                 f"a callable returning one, got {type(data).__name__}"
             )
 
+    def peek(self) -> Batch:
+        """The batch :meth:`next` returns next, without consuming it (an example input)."""
+        if self._pending is None:
+            self._pending = self.next()
+        return self._pending
+
     def next(self) -> Batch:
+        if self._pending is not None:
+            batch, self._pending = self._pending, None
+            return batch
         if self.single is not None:
             return self.single
         if self._draw is not None:

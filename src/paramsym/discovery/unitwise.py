@@ -371,7 +371,7 @@ def _refine(
             residual = residual + (a @ c[width:]) * keep
         values[part][k] = residual.norm() / scale
     null = [c for part, k, c in candidates if values[part][k] <= rtol]
-    size = c.numel() if candidates else width + (0 if a is None else a.shape[1])
+    size = width + (0 if a is None else a.shape[1])
     basis = (
         torch.linalg.qr(torch.stack(null, dim=1)).Q if null else torch.zeros(size, 0, dtype=z.dtype)
     )
