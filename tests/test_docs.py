@@ -144,6 +144,19 @@ def check_connectivity(outputs):
     assert distance == 0.0
 
 
+def check_discovery(outputs):
+    model, data_dependent, learned = outputs
+    assert model == [
+        "11 determined channels",
+        "norm_scaling[conv1->bn1] 4 False",
+        "rescaling[bn1->conv2] 4 True",
+        "rescaling[conv2->fc] 4 True",
+        "translation[fc] 5 False",
+    ]
+    assert data_dependent == ["12"]
+    assert learned == ["True"]
+
+
 CHECKS = {
     "getting-started.md": check_ten_lines,
     "guide/catalogue.md": check_catalogue,
@@ -153,6 +166,7 @@ CHECKS = {
     "guide/connectivity.md": check_connectivity,
     "guide/reproducing.md": check_reproducing,
     "guide/equivariance.md": check_equivariance,
+    "guide/discovery.md": check_discovery,
 }
 
 
