@@ -202,6 +202,28 @@ def test_softmax_cross_entropy_adds_the_output_translation_within_the_ansatz():
     assert comparison.discovery_misses_in_ansatz == 0  # the rest of the translation is not linear
 
 
+def test_a_constant_field_is_not_in_a_large_discovered_span():
+    """Under gl(P) with cross-entropy every logit may shift by the same amount
+    u(θ)ᵀa + v(θ) (a the 4 hidden activations, u and v linear in θ): 4 rescalings and
+    (4 + 1)·P more (P = 31). The catalogue's translation has a constant field,
+    which no linear generator has; with only a few kept points (k·P ≤ dim) every field would
+    match some combination, so the result keeps more than dim / P of them."""
+    model = mlp([3, 4, 3], "relu")
+
+    def labelled(generator):
+        x = torch.randn(16, 3, generator=generator, dtype=torch.float64)
+        return x, torch.randint(0, 3, (16,), generator=generator)
+
+    loss = nn.CrossEntropyLoss()
+    result = discover_symmetries(model, loss, labelled, "full")
+    assert result.dim == 4 + 5 * 31
+    assert len(result.points) * 31 > result.dim
+    comparison = compare_to_catalogue(result, model, loss_fn=loss)
+    by_name = {s.name.split("[")[0]: s for s in comparison.symmetries}
+    assert by_name["rescaling"].residual <= 1e-8
+    assert by_name["translation"].residual > 0.1
+
+
 # -- the two solvers agree ------------------------------------------------------------------------
 
 

@@ -26,9 +26,12 @@ only θ. A linear generator then also counts when it keeps the first layer's pre
 on X: every linear map of θ into {(ΔW₁, Δb₁) : ΔW₁ X + Δb₁ 1ᵀ = 0}, a subspace of dimension
 h₁(n + 1 − rank[X; 1]). Under gl(P) that adds P · h₁(n + 1 − rank[X; 1]) dimensions; under the
 layer pairs, whose input block is W₁ ↦ W₁N, it adds the N with N X = 0: n(n − rank X) (both
-checked in the tests). The data-dependent GL actions of the catalogue (pseudo-inverse,
-inverse-activation; Eqs. 2.54, 4.13) move U nonlinearly in θ, so no linear ansatz contains
-them: :func:`~paramsym.discovery.compare_to_catalogue` reports them as missed.
+checked in the tests). With a squared-error loss and o outputs, the output block adds the
+rotations of the outputs that fix every target of the batch, M antisymmetric with M Y = 0:
+(o − r)(o − r − 1)/2 with r = rank Y (measured by the ``symmetry-count`` experiment). The
+data-dependent GL actions of the catalogue (pseudo-inverse, inverse-activation; Eqs. 2.54,
+4.13) move U nonlinearly in θ, so no linear ansatz contains them:
+:func:`~paramsym.discovery.compare_to_catalogue` reports them as missed.
 
 On shared cores, small systems run much faster on one torch thread
 (``torch.set_num_threads(1)``): every LAPACK call here is small.
@@ -76,6 +79,7 @@ from paramsym.discovery.sampling import (
     ThetaSpec,
     draw_sample,
     loss_gradients,
+    points_to_keep,
 )
 from paramsym.discovery.solve import SAFETY, StackedSystem, compress, draws_needed
 from paramsym.discovery.unitwise import unitwise_chain
@@ -229,6 +233,7 @@ def discover_symmetries(
     stream = DataStream(data, dtype, rng)
     the_ansatz = make_ansatz(model, names, ansatz, example_input=stream.peek()[0])
     sampler = ParameterSampler(model, names, theta, theta_scale, dtype, rng, center=params)
+    sampler.keep = points_to_keep(the_ansatz.size, the_ansatz.numel)
     fixed = stream.next() if data_dependent else None
     if fixed is None and stream.kind == "batch":
         sampler.notes.append(

@@ -71,6 +71,7 @@ class ParameterSampler:
         base = {n: (center[n] if center is not None else own[n]).detach() for n in self.names}
         self.center = {n: t.to(dtype) for n, t in base.items()}
         self.notes: list[str] = []
+        self.keep = POINTS_KEPT  # draws kept with the result (draw_sample)
         self._copy: nn.Module | None = None
         self._uncovered: list[str] = []
         self._constant: list[str] = []
@@ -296,7 +297,16 @@ def loss_gradients(
 
 
 POINTS_KEPT = 4
-"""Parameter draws kept with a result (for tangent fields and the catalogue comparison)."""
+"""Parameter draws kept with a result at least (for tangent fields and the catalogue
+comparison); see :func:`points_to_keep`."""
+
+
+def points_to_keep(unknowns: int, numel: int) -> int:
+    """Draws to keep so that a field is tested at more values than the discovered span has
+    dimensions: d ≤ ``unknowns`` generators have d free coefficients, and at k points a
+    candidate field gives k · P equations, so with k · P ≤ d every field (a constant one
+    included) would match some combination. At least :data:`POINTS_KEPT`; P + 2 for gl(P)."""
+    return max(POINTS_KEPT, -(-(unknowns + 1) // max(1, numel)) + 1)
 
 
 def draw_sample(
@@ -307,10 +317,10 @@ def draw_sample(
     points: list[Params],
 ) -> tuple[Params, list[Batch]]:
     """One parameter draw and its batches (the fixed batch of data-dependent discovery, else
-    ``batches_per_sample`` fresh ones); the first :data:`POINTS_KEPT` draws are appended to
+    ``batches_per_sample`` fresh ones); the first ``sampler.keep`` draws are appended to
     ``points``."""
     point = sampler.draw()
-    if len(points) < POINTS_KEPT:
+    if len(points) < sampler.keep:
         points.append(point)
     batches = [fixed] if fixed is not None else [stream.next() for _ in range(batches_per_sample)]
     return point, batches
