@@ -377,6 +377,9 @@ QUICK_CLAIMS_HOLD = (
     "symmetry-null-space",
     "equivariance-identities",
     "curvature-intuition",
+    "discovery-rescaling",
+    "linear-discovery",
+    "symmetry-count",
 )
 QUICK_CLAIMS_REPORTED = (
     "teleport-regression",
@@ -400,6 +403,9 @@ QUICK_CLAIMS_REPORTED = (
     "sharpness-curvature-correlation",
     "teleport-generalization",
     "learned-teleport",
+    "discovery-data-dependent",
+    "discovery-curves",
+    "discovery-transformer",
 )
 
 

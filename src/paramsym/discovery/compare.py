@@ -123,14 +123,21 @@ def _discovered_fields(result: DiscoveryResult, ansatz: Ansatz, theta: Tensor) -
     return torch.cat(parts, dim=1) if parts else theta.new_zeros(theta.numel(), 0)
 
 
-def _orthonormal(vectors: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _orthonormal(vectors: Tensor, rtol: float = SPAN_RTOL) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(Q, U, S, Vh) of ``vectors`` (n, k): Q spans its numerically non-zero columns."""
     if vectors.shape[1] == 0:
         empty = vectors.new_zeros(0)
         return vectors, vectors, empty, vectors.new_zeros(0, 0)
     u, s, vh = torch.linalg.svd(vectors, full_matrices=False)
-    rank = int((s > s[0] * SPAN_RTOL).sum()) if float(s[0]) > 0 else 0
+    rank = int((s > s[0] * rtol).sum()) if float(s[0]) > 0 else 0
     return u[:, :rank], u, s, vh
+
+
+def orthonormal_basis(vectors: Tensor, rtol: float = SPAN_RTOL) -> Tensor:
+    """An orthonormal basis (n, r) of the span of the columns of ``vectors`` (n, k): r is the
+    number of singular values above ``rtol`` times the largest (the input of
+    :func:`principal_angles`)."""
+    return _orthonormal(vectors, rtol)[0]
 
 
 def _outside(q: Tensor, vectors: Tensor) -> Tensor:

@@ -304,6 +304,12 @@ LIBRARY_MODULES = (
     "paramsym.experiments.equivariance.last_layer",
     "paramsym.experiments.equivariance.noether_flow",
     "paramsym.experiments.equivariance.null_space",
+    "paramsym.experiments.discovery.rescaling",
+    "paramsym.experiments.discovery.data_dependent",
+    "paramsym.experiments.discovery.curves",
+    "paramsym.experiments.discovery.transformer",
+    "paramsym.experiments.discovery.zoo",
+    "paramsym.experiments.discovery.count",
 )
 """Modules whose import registers the library's experiments (one module per seed, or per figure
 where a seed's experiments are split into a subpackage)."""
