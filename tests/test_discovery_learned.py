@@ -414,6 +414,21 @@ def test_data_sensitivity() -> None:
     sensitivity = sym.data_sensitivity(theta[0], x[0])
     assert sensitivity.shape == (2,)
     assert bool((sensitivity > 0).all())
+    # against central differences of v in each entry of x (the field is smooth: SiLU)
+    eps, columns = 1e-6, []
+    with torch.no_grad():
+        for j in range(x[0].numel()):
+            step = torch.zeros_like(x[0]).reshape(-1)
+            step[j] = eps
+            step = step.reshape(x[0].shape)
+            plus = sym.infinitesimal_action(theta[0], x[0] + step)
+            minus = sym.infinitesimal_action(theta[0], x[0] - step)
+            columns.append((plus - minus) / (2 * eps))
+        oracle = torch.stack(columns, dim=-1).flatten(1).norm(dim=1)
+        speeds = sym.infinitesimal_action(theta[0], x[0]).norm(dim=-1)
+    torch.testing.assert_close(sensitivity, oracle, rtol=1e-6, atol=0.0)
+    relative = sym.data_sensitivity(theta[0], x[0], relative=True)
+    torch.testing.assert_close(relative, oracle * x[0].norm() / speeds, rtol=1e-6, atol=0.0)
     blind = LearnedSymmetry(
         linear_net_loss, 2, config=LearnedSymmetryConfig(hidden=(8,), action_sees_data=False)
     )

@@ -13,7 +13,7 @@ from torch import nn
 from paramsym.core.params import unflatten
 from paramsym.discovery import flat_loss
 from paramsym.discovery.compare import orthonormal_basis
-from paramsym.experiments.discovery.transformer import (
+from paramsym.experiments.discovery.transformer_model import (
     NAMES,
     TinyTransformer,
     block_sizes,

@@ -17,11 +17,11 @@ from paramsym.experiments.discovery.count import (
     predicted_pairs,
     predicted_region,
 )
-from paramsym.experiments.discovery.zoo import (
+from paramsym.experiments.discovery.zoo import mlp_expected
+from paramsym.experiments.discovery.zoo_models import (
     PerHeadAttention,
     SelfAttention,
     WAsymLinear,
-    mlp_expected,
     wasym_mlp,
 )
 

@@ -366,11 +366,14 @@ class LearnedSymmetry(nn.Module):
         ys = y.unsqueeze(0).expand(count, *y.shape)
         return per_sample_losses(self.loss, points, xs, ys).mean(dim=1)
 
-    def data_sensitivity(self, theta: Tensor, x: Tensor) -> Tensor:
+    def data_sensitivity(self, theta: Tensor, x: Tensor, *, relative: bool = False) -> Tensor:
         """‖∂v_i/∂X‖_F for each generator at one sample (θ (P,), x): shape (k,).
 
         Non-zero means the learned infinitesimal action depends on the data (§6.5.4: "the
-        derivative of the learned action with respect to data is indeed nonzero")."""
+        derivative of the learned action with respect to data is indeed nonzero"). With
+        ``relative``, ‖∂v_i/∂X‖_F ‖X‖ / ‖v_i‖: the relative change of the field per relative
+        change of the data, free of the scales of v and X (≈ 1 when v changes on the scale of
+        X), which is what makes "non-zero" comparable across models."""
         theta = self._check_theta(theta, "data_sensitivity")
         if theta.ndim != 1 or self.data_dim == 0:
             raise InvalidArgumentError(
@@ -379,7 +382,12 @@ class LearnedSymmetry(nn.Module):
             )
         x = x.to(dtype=self.dtype, device=self.device)
         jac = torch.func.jacrev(lambda d: self.infinitesimal_action(theta, d))(x)
-        return torch.linalg.vector_norm(jac.reshape(self.config.generators, -1), dim=1).detach()
+        norms = torch.linalg.vector_norm(jac.reshape(self.config.generators, -1), dim=1).detach()
+        if not relative:
+            return norms
+        with torch.no_grad():
+            speeds = torch.linalg.vector_norm(self.infinitesimal_action(theta, x), dim=-1)
+        return norms * torch.linalg.vector_norm(x) / speeds.clamp_min(1e-300)
 
     # -- the objective -------------------------------------------------------------------------
     def loss_terms(self, theta: Tensor, x: Tensor, y: Tensor) -> dict[str, Tensor]:

@@ -16,5 +16,9 @@ Exact linear discovery (:func:`paramsym.discover_symmetries`):
 * :mod:`~paramsym.experiments.discovery.count`: ``symmetry-count`` (ch. 7: the data-dependent
   algebra along training and as the batch grows).
 
-Shared: :mod:`~paramsym.experiments.discovery.plotting` (generator heat maps).
+Shared: :mod:`~paramsym.experiments.discovery.plotting` (generator heat maps),
+:mod:`~paramsym.experiments.discovery.learned_common` (the learned experiments' networks,
+samples and measures), :mod:`~paramsym.experiments.discovery.transformer_model` (the tiny
+transformer and its known algebras) and :mod:`~paramsym.experiments.discovery.zoo_models`
+(the zoo's models).
 """

@@ -253,10 +253,7 @@ def _net(name: str, config: DataDependentConfig, progress: Progress, result: Res
     generator = torch.Generator().manual_seed(config.seed + 30_000)
     relative, reference = [], []
     for b in range(config.detail_samples):
-        sens = sym.data_sensitivity(theta[b], x[b])
-        with torch.no_grad():
-            v = sym.infinitesimal_action(theta[b], x[b])
-        rel = sens * torch.linalg.norm(x[b]) / torch.linalg.vector_norm(v, dim=-1)
+        rel = sym.data_sensitivity(theta[b], x[b], relative=True)
         u = torch.randn(P, generator=generator, dtype=lc.F64)
         ref = lc.tangent_field_sensitivity(trained.loss, theta[b], x[b], y[b], u)
         relative += rel.tolist()
