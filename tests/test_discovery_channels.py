@@ -161,3 +161,19 @@ def test_models_the_graph_cannot_trace_get_a_clear_error():
 
     with pytest.raises(ps.InvalidArgumentError, match="channels ansatz"):
         ChannelAnsatz(Opaque(), ["conv.weight", "conv.bias"], torch.randn(2, 1, 3))
+
+
+def test_an_lstm_classifier_has_only_the_logit_shifts():
+    """Sigmoid and tanh gates leave an LSTM no continuous symmetry: under the graph's blocks
+    (the recurrent weights' gates and hidden units, the head) only the three logit shifts."""
+    torch.manual_seed(0)
+    model = ps.nn.zoo.LSTMClassifier(cell="lstm", num_layers=1).double().eval()
+
+    def sequences(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(4, 5, 4, generator=generator, dtype=F64)
+        return x, torch.randint(0, 3, (4,), generator=generator)
+
+    result = discover_symmetries(model, CE, sequences)
+    assert result.ansatz.startswith("channels")
+    assert result.determined
+    assert result.dim == 3

@@ -171,8 +171,7 @@ def list_lines(
     )
     lines = [("bold", _fit(summary, width).rstrip())]
     lines.append(("dim", row("name", "figure / table", "data", "claims", "quick")))
-    for paper, members in groups.items():
-        lines.append(("", ""))
+    for paper, members in groups.items():  # no blank lines: the headings separate the groups
         lines.append(("bold cyan", _fit(paper_heading(paper), width).rstrip()))
         for e in members:
             quick = format_seconds(times.get(e.name))
