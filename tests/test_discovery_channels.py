@@ -177,3 +177,32 @@ def test_an_lstm_classifier_has_only_the_logit_shifts():
     assert result.ansatz.startswith("channels")
     assert result.determined
     assert result.dim == 3
+
+
+def test_hugging_face_gpt2_keeps_the_catalogue_and_reports_layernorm_eps_as_ambiguous():
+    """A tiny GPT2Model from a config: every exact catalogue symmetry (per-head query-key and
+    value-output GL, the LayerNorm-to-linear rescalings) lies in the discovered span, but the
+    whole-block norm scaling holds only up to LayerNorm's eps; its singular value (≈ 2e-6)
+    sits inside the undecided band, so the dimension is reported ambiguous, never rounded."""
+    pytest.importorskip("transformers")
+    from paramsym.nn.hf import hf_gpt2
+
+    torch.manual_seed(0)
+    model = hf_gpt2(last_hidden_state=True, width=4, heads=2, vocab=6, positions=3).double()
+
+    def tokens(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.randint(0, 6, (4, 3), generator=generator)
+        return ids, torch.randn(4, 3, 4, generator=generator, dtype=F64)
+
+    with pytest.warns(ps.AmbiguousDimensionWarning, match="ambiguous"):
+        result = discover_symmetries(model, nn.MSELoss(), tokens)
+    assert result.status == "ambiguous"
+    assert result.dim is None
+    comparison = compare_to_catalogue(result, model, tokens(seeded(3))[0])
+    catalogue = {s.name: s for s in ps.symmetries(model, example_input=tokens(seeded(3))[0])}
+    exact = [o for o in comparison.symmetries if catalogue[o.name].exact]
+    assert sum(o.dim for o in exact) == 24  # 2 × (QK + VO) GL(2) per head, 2 × 4 rescalings
+    assert all(o.residual <= 1e-8 for o in exact)
+    approximate = [o for o in comparison.symmetries if not catalogue[o.name].exact]
+    assert [o.name.split("[")[0] for o in approximate] == ["norm_scaling"]
+    assert approximate[0].residual > 0.5

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params, check_finite, functional_call
 from paramsym.errors import InvalidArgumentError, NonFiniteError
 
@@ -289,7 +290,10 @@ def loss_gradients(
         xs = torch.stack([b[0] for b in batches])
         ys = torch.stack([b[1] for b in batches])
     try:
-        grads = torch.func.vmap(fn, in_dims=(None, 0, 0))(theta, xs, ys)
+        # the math attention kernel has batching rules; the fused CPU kernels' backward has
+        # none, so vmap would fall back to a slow loop (with a warning per call)
+        with differentiable_attention():
+            grads = torch.func.vmap(fn, in_dims=(None, 0, 0))(theta, xs, ys)
     except (RuntimeError, NotImplementedError, ValueError):
         rows = [fn(theta, xs[i], ys[i]) for i in range(xs.shape[0])]
         grads = {n: torch.stack([r[n] for r in rows]) for n in names}

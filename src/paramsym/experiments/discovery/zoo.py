@@ -267,7 +267,6 @@ def _summary(result: Any) -> dict[str, Any]:
 def _quiet_discover(*args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AmbiguousDimensionWarning)
-        warnings.filterwarnings("ignore", message=".*performance drop.*")
         result = discover_symmetries(*args, **kwargs)
     return result, [str(w.message) for w in caught if w.category is AmbiguousDimensionWarning]
 
