@@ -60,6 +60,10 @@ def test_mean_over_seeds():
     assert merged.metrics["a"] == 2.0
     assert merged.metrics["a_per_seed"] == [1.0, 3.0]
     assert merged.metrics["b"] == "x"
+    sizes = mean_over_seeds([Result({"P": 28, "n": 2}), Result({"P": 28, "n": 3})]).metrics
+    assert sizes["P"] == 28
+    assert type(sizes["P"]) is int  # a shared size stays an integer
+    assert sizes["n"] == 2.5
 
 
 def test_a_claim_may_be_not_evaluated():

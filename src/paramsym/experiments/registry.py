@@ -487,14 +487,18 @@ def _plain(value: Any) -> Any:
 
 def mean_over_seeds(results: list[Result]) -> Result:
     """Default aggregate: numeric metrics become their mean (with ``<name>_std`` and
-    ``<name>_per_seed``); other metrics and the series come from the first seed."""
+    ``<name>_per_seed``), except an integer that every seed shares (a size such as a parameter
+    count), which stays that integer; other metrics and the series come from the first
+    seed."""
     if len(results) == 1:
         return results[0]
     first = results[0]
     metrics: dict[str, Any] = {}
     for key, value in first.metrics.items():
         values = [r.metrics.get(key) for r in results]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if all(type(v) is int for v in values) and len(set(values)) == 1:
+            metrics[key] = value
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             numbers = [float(v) for v in values]  # type: ignore[arg-type]
             metrics[key] = statistics.fmean(numbers)
             metrics[f"{key}_std"] = statistics.stdev(numbers)

@@ -477,7 +477,7 @@ def plot_transformer(result: Result) -> dict[str, Any]:
     table = result.series["generators"]
     per = result.series["per_generator"]
     k = len(per["generator"])
-    P = int(m["num_params"])  # a float after averaging over seeds
+    P = int(m["num_params"])
     hs = [np.array(table_rows(table, generator=i + 1)["h"]).reshape(P, P) for i in range(k)]
     es = [np.array(table_rows(table, generator=i + 1)["exp_h"]).reshape(P, P) for i in range(k)]
     labels = [
