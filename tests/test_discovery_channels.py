@@ -183,7 +183,9 @@ def test_hugging_face_gpt2_keeps_the_catalogue_and_reports_layernorm_eps_as_ambi
     """A tiny GPT2Model from a config: every exact catalogue symmetry (per-head query-key and
     value-output GL, the LayerNorm-to-linear rescalings) lies in the discovered span, but the
     whole-block norm scaling holds only up to LayerNorm's eps; its singular value (≈ 2e-6)
-    sits inside the undecided band, so the dimension is reported ambiguous, never rounded."""
+    sits inside the undecided band, so the dimension is reported ambiguous, never rounded.
+    Discovery also finds 16 exact generators the catalogue does not have (LayerNorm's mean
+    subtraction), checked by a finite transformation on fresh data."""
     pytest.importorskip("transformers")
     from paramsym.nn.hf import hf_gpt2
 
@@ -206,3 +208,39 @@ def test_hugging_face_gpt2_keeps_the_catalogue_and_reports_layernorm_eps_as_ambi
     approximate = [o for o in comparison.symmetries if not catalogue[o.name].exact]
     assert [o.name.split("[")[0] for o in approximate] == ["norm_scaling"]
     assert approximate[0].residual > 0.5
+    # what the catalogue misses: LayerNorm subtracts the mean, so every write into the
+    # residual stream (wte, wpe, the attention and MLP output projections) may add
+    # (vᵀ out)·1 for its own v ∈ R⁴: 4 × 4 generators, exact at any eps
+    assert comparison.catalogue_misses == 16
+    ansatz = result.ansatz_object
+    found, known = [], []  # fields stacked over the kept points, as compare_to_catalogue does
+    for point in result.points:
+        theta = ansatz.flatten(point)
+        found.append(torch.stack([ansatz.field(g.coefficients, theta) for g in result.generators]))
+        known.append(
+            torch.stack(
+                [
+                    ansatz.flatten(sym.tangent(point, torch.eye(sym.dim, dtype=F64)[j], None))
+                    for sym in catalogue.values()
+                    if sym.exact
+                    for j in range(sym.dim)
+                ]
+            )
+        )
+    found, q = torch.cat(found, 1).T, torch.linalg.qr(torch.cat(known, 1).T).Q
+    theta = ansatz.flatten(result.points[0])
+    outside = found - q @ (q.T @ found)
+    _, s, vh = torch.linalg.svd(outside, full_matrices=False)
+    coefficients = torch.stack([g.coefficients for g in result.generators], 1)
+    extra = coefficients @ vh[: int((s > 1e-8 * s[0]).sum())].T
+    assert extra.shape[1] == 16
+    moved = {n for n, b in ansatz.blocks(extra).items() if float(b.norm()) > 1e-8}
+    writers = ("model.wte", "model.wpe", "model.h.0.attn.c_proj", "model.h.0.mlp.c_proj")
+    assert {n.split("@")[0] for n in moved} == set(writers)
+    x, y = tokens(seeded(11))
+
+    def loss(vector: torch.Tensor) -> float:
+        return float(nn.MSELoss()(ps.functional_call(model, ansatz.unflatten(vector), x), y))
+
+    a = ansatz.matrix(extra[:, 0] / extra[:, 0].norm())
+    assert loss(torch.linalg.matrix_exp(0.5 * a) @ theta) == pytest.approx(loss(theta), rel=1e-12)
