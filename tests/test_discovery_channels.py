@@ -22,7 +22,7 @@ from torch import nn
 
 import paramsym as ps
 from helpers import random_mlp, seeded
-from paramsym.discovery import compare_to_catalogue, discover_symmetries
+from paramsym.discovery import compare_to_catalogue, discover_symmetries, make_ansatz
 from paramsym.discovery.channels import ChannelAnsatz
 from paramsym.discovery.sampling import ParameterSampler
 from paramsym.nn.zoo import ResidualBlockNet, SimpleCNN
@@ -161,6 +161,9 @@ def test_models_the_graph_cannot_trace_get_a_clear_error():
 
     with pytest.raises(ps.InvalidArgumentError, match="channels ansatz"):
         ChannelAnsatz(Opaque(), ["conv.weight", "conv.bias"], torch.randn(2, 1, 3))
+    cnn_model = cnn()
+    with pytest.raises(ps.InvalidArgumentError, match="needs an example input"):
+        make_ansatz(cnn_model, names(cnn_model), "layer_pairs")
 
 
 def test_an_lstm_classifier_has_only_the_logit_shifts():

@@ -171,9 +171,8 @@ def make_ansatz(
         if spec == "channels" or (spec == "layer_pairs" and not _is_mlp(model, names)):
             if example_input is None:
                 raise InvalidArgumentError(
-                    f"ansatz {spec!r}: {type(model).__name__} is not an MLP of nn.Linear "
-                    "layers, so its layer pairs are read off the traced graph, which needs an "
-                    "example input"
+                    f"ansatz {spec!r} on {type(model).__name__}: the layer pairs are read off "
+                    "the traced graph, which needs an example input (pass example_input)"
                 )
             return ChannelAnsatz(model, names, example_input)
         if spec == "layer_pairs":
