@@ -17,6 +17,7 @@ from paramsym.discovery.learned import FitHistory, LearnedSymmetry, LearnedSymme
 from paramsym.discovery.learned_losses import (
     TERMS,
     associativity_term,
+    field_orthogonality_term,
     flat_loss,
     gaussian_sampler,
     identity_term,
@@ -130,6 +131,13 @@ def test_regularisers_closed_forms() -> None:
     )
     assert float(orthogonality_term(RESCALING[None])) == 0.0
     torch.testing.assert_close(sparsity_term(h), torch.tensor(7.0, dtype=F64))
+    # on the fields: sample 0 has |cos| = 1/√2 (anti-parallel components count), sample 1 has 0
+    fields = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[-1.0, 1.0], [0.0, 3.0]]], dtype=F64)
+    expected = torch.tensor(1 / (2 * math.sqrt(2)), dtype=F64)
+    torch.testing.assert_close(field_orthogonality_term(fields), expected)
+    assert float(field_orthogonality_term(fields[:1])) == 0.0
+    with pytest.raises(ShapeError, match="velocities"):
+        field_orthogonality_term(fields[0])
 
 
 def test_loss_terms_and_weighted_total_for_the_rescaling_generator() -> None:
@@ -154,16 +162,29 @@ def test_loss_terms_and_weighted_total_for_the_rescaling_generator() -> None:
 
 # -- the network's fast JVPs against torch.func.jvp ---------------------------------------------
 @pytest.mark.parametrize(
-    ("action", "activation"), [("mlp", "silu"), ("residual", "tanh"), ("residual", "gelu")]
+    ("action", "activation", "orthogonality"),
+    [
+        ("mlp", "silu", "generators"),
+        ("residual", "tanh", "generators"),
+        ("residual", "gelu", "generators"),
+        ("residual", "silu", "fields"),
+    ],
 )
-def test_fast_terms_match_the_reference(action: str, activation: str) -> None:
+def test_fast_terms_match_the_reference(action: str, activation: str, orthogonality: str) -> None:
     cfg = LearnedSymmetryConfig(
-        generators=3, action=action, activation=activation, hidden=(12, 7), init_scale=1.0
+        generators=3,
+        action=action,
+        activation=activation,
+        hidden=(12, 7),
+        init_scale=1.0,
+        orthogonality=orthogonality,  # type: ignore[arg-type]
     )
     sym = LearnedSymmetry(linear_net_loss, 2, data_dim=4, config=cfg, dtype=F64)
     theta, x, y = samples()
     fast = sym.loss_terms(theta, x, y)
-    ref = loss_terms(sym.act, sym.h, linear_net_loss, theta, x, y, beta=cfg.beta)
+    ref = loss_terms(
+        sym.act, sym.h, linear_net_loss, theta, x, y, beta=cfg.beta, orthogonality=orthogonality
+    )
     for name in TERMS:
         torch.testing.assert_close(fast[name], ref[name], rtol=1e-10, atol=1e-12)
     assert float(fast["invariance"].detach()) > 0
@@ -322,6 +343,7 @@ def test_a_non_finite_objective_raises_before_spoiling_the_parameters() -> None:
         ({"activation": "swish"}, "activation"),
         ({"action": "linear"}, "action"),
         ({"schedule": "step"}, "schedule"),
+        ({"orthogonality": "matrices"}, "orthogonality"),
         ({"lr": -1e-3}, "lr"),
     ],
 )

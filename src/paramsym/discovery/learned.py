@@ -59,6 +59,7 @@ from paramsym.discovery.learned_losses import (
     Sampler,
     Samples,
     default_pairs,
+    field_orthogonality_term,
     invariance_term,
     norm_term,
     orthogonality_term,
@@ -418,7 +419,9 @@ class LearnedSymmetry(nn.Module):
             "identity": torch.linalg.vector_norm(out - theta, dim=-1).mean(),
             "associativity": torch.linalg.vector_norm(residual, dim=-1).mean(),
             "norm": norm_term(v, self.config.beta),
-            "orthogonality": orthogonality_term(self.h),
+            "orthogonality": field_orthogonality_term(v)
+            if self.config.orthogonality == "fields"
+            else orthogonality_term(self.h),
             "sparsity": sparsity_term(self.h),
         }
 

@@ -247,6 +247,24 @@ def orthogonality_term(generators: Tensor, eps: float = 1e-12) -> Tensor:
     return cosines[upper].abs().sum()
 
 
+def field_orthogonality_term(velocities: Tensor, eps: float = 1e-12) -> Tensor:
+    """E_θ Σ_{i<j} |⟨v_i, v_j⟩| / (‖v_i‖ ‖v_j‖): the orthogonality term on the vector fields
+    v_i = D_g a|_{I,θ}(h_i) (k, B, P) instead of on the matrices h_i (not in the text).
+
+    A learned action can map different h_i onto one field (then the matrices are orthogonal
+    and the symmetries are the same); this asks the fields themselves to differ at every
+    sample. Zero for one generator."""
+    if velocities.ndim != 3:
+        raise ShapeError(
+            f"field_orthogonality_term: velocities must be (k, B, P), got {tuple(velocities.shape)}"
+        )
+    unit = velocities / torch.linalg.vector_norm(velocities, dim=-1, keepdim=True).clamp_min(eps)
+    cosines = torch.einsum("ibp,jbp->bij", unit, unit)
+    k = velocities.shape[0]
+    upper = torch.triu(torch.ones(k, k, dtype=torch.bool, device=velocities.device), diagonal=1)
+    return cosines[:, upper].abs().sum(dim=1).mean()
+
+
 def sparsity_term(generators: Tensor) -> Tensor:
     """L_reg_h_sparse = Σ_{i,r,c} |(h_i)_{rc}| (§6.5.2): the L1 norm of all generator entries."""
     _check_generators(generators)
@@ -263,11 +281,13 @@ def loss_terms(
     *,
     beta: float = 1.0,
     pairs: Sequence[tuple[int, int]] | None = None,
+    orthogonality: str = "generators",
 ) -> dict[str, Tensor]:
     """All six terms of objective (6.3) by ``torch.func.jvp`` (keys :data:`TERMS`).
 
     The reference implementation for any action; :meth:`LearnedSymmetry.loss_terms` computes the
-    same numbers for its network faster.
+    same numbers for its network faster. ``orthogonality="fields"`` takes the orthogonality
+    term on the vector fields (:func:`field_orthogonality_term`) instead of on h.
     """
     velocities = infinitesimal_action(action, generators, theta, x)
     return {
@@ -275,7 +295,9 @@ def loss_terms(
         "identity": identity_term(action, theta, x),
         "associativity": associativity_term(action, generators, theta, x, pairs),
         "norm": norm_term(velocities, beta),
-        "orthogonality": orthogonality_term(generators),
+        "orthogonality": field_orthogonality_term(velocities)
+        if orthogonality == "fields"
+        else orthogonality_term(generators),
         "sparsity": sparsity_term(generators),
     }
 
