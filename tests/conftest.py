@@ -28,3 +28,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def generator() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one torch thread (restored afterwards): small systems on shared cores
+    are 10-100x slower with a second OpenMP thread (see paramsym.experiments.threads). Use it
+    with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -31,12 +31,7 @@ F64 = torch.float64
 CE = nn.CrossEntropyLoss()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def images(channels: int = 2, size: int = 6, classes: int = 3, batch: int = 4):

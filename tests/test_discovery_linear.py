@@ -37,14 +37,7 @@ from paramsym.errors import AmbiguousDimensionWarning
 MSE = nn.MSELoss()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The systems here are small: on shared cores a second OpenMP thread makes each small
-    LAPACK call 10-100x slower (see paramsym.experiments.threads)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gaussian_batches(inputs: int, outputs: int, size: int = 16):

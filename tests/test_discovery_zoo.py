@@ -29,12 +29,7 @@ F64 = torch.float64
 MSE = nn.MSELoss()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_fused_and_per_head_attention_compute_the_same_function():

@@ -62,11 +62,7 @@ def _metrics(run: Path) -> dict[str, object]:
     return json.loads((run / "metrics.json").read_text())
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The experiments' quick presets run on one thread; so do these reduced runs."""
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
