@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 
 from helpers import csv_rows, run_quick
 from paramsym.discovery import LearnedSymmetry, LearnedSymmetryConfig
+from paramsym.discovery.learned_losses import trivial_dimension
 from paramsym.experiments.discovery import curves, data_dependent, rescaling
 from paramsym.experiments.discovery import learned_common as lc
 from paramsym.experiments.registry import Result
@@ -60,10 +61,10 @@ def test_networks_flat_loss_and_blocks(name: str, sizes: dict[str, int]) -> None
         t = theta[b].clone().requires_grad_(True)
         ((forward(name, t, x[b]) - y[b]) ** 2).sum().backward()
         torch.testing.assert_close(grads[b], t.grad)
-    assert lc.trivial_dims(loss, theta, x, y) == [P - 1] * 4
+    assert trivial_dimension(loss, theta, x, y).tolist() == [P - 1] * 4
     # at an exact fit the gradient vanishes: every direction keeps the loss to first order
     exact = forward(name, theta[0], x[0]).detach().reshape(1, 1, 1)
-    assert lc.trivial_dims(loss, theta[:1], x[:1], exact) == [P]
+    assert trivial_dimension(loss, theta[:1], x[:1], exact).tolist() == [P]
     with pytest.raises(Exception, match="unknown network"):
         lc.make_network("relu")
 
@@ -136,10 +137,15 @@ def test_helpers_on_the_linear_action() -> None:
     h = sym.generators()
     jac = lc.field_jacobians(sym, theta[0], x[0])
     torch.testing.assert_close(jac, h)  # v = hθ, ∂v/∂θ = h
-    randoms = lc.random_generators(3, 10, torch.Generator().manual_seed(5))
-    scaled = lc.matched(sym, randoms, theta[0], x[0], torch.tensor(0.7, dtype=F64))
+    gen = torch.Generator().manual_seed(5)
+    scaled = sym.random_generators(3, theta[0], x[0], speed=0.7, generator=gen)
     torch.testing.assert_close(
         torch.linalg.vector_norm(scaled @ theta[0], dim=-1), torch.full((3,), 0.7, dtype=F64)
+    )
+    default = sym.random_generators(2, theta[0], x[0], generator=gen)  # the learned mean speed
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(default @ theta[0], dim=-1),
+        torch.full((2,), float((h @ theta[0]).norm(dim=-1).mean()), dtype=F64),
     )
     # the exact rescaling of the linear net keeps the loss along its whole curve
     lin = linear_action_symmetry("linear")

@@ -25,7 +25,12 @@ from paramsym.discovery.learned_config import (
     FitHistory,
     LearnedSymmetryConfig,
 )
-from paramsym.discovery.learned_losses import FlatLoss, flat_loss, gaussian_sampler
+from paramsym.discovery.learned_losses import (
+    FlatLoss,
+    flat_loss,
+    gaussian_sampler,
+    trivial_dimension,
+)
 from paramsym.discovery.linear import discover_symmetries
 from paramsym.discovery.result import DiscoveredGenerator, DiscoveryResult, decide
 
@@ -51,4 +56,5 @@ __all__ = [
     "gaussian_sampler",
     "lie_closure",
     "make_ansatz",
+    "trivial_dimension",
 ]

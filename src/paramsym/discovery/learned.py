@@ -347,6 +347,37 @@ class LearnedSymmetry(nn.Module):
             raise ShapeError(f"LearnedSymmetry.{what}: h must be one (P, P) matrix")
         return element
 
+    def random_generators(
+        self,
+        count: int,
+        theta: Tensor,
+        x: Tensor | None = None,
+        *,
+        speed: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """``count`` random Lie-algebra elements (standard-normal entries), each scaled so that
+        its vector field through the learned action has length ``speed`` at the one sample
+        (θ (P,), x): the baseline of Fig 6.6 (curves of random h at matched speed). ``speed``
+        defaults to the learned generators' mean ‖v_i‖ there. Returns (count, P, P)."""
+        theta = self._check_theta(theta, "random_generators")
+        if theta.ndim != 1:
+            raise ShapeError("LearnedSymmetry.random_generators: theta must be one sample (P,)")
+        if isinstance(count, bool) or int(count) != count or count < 1:
+            raise InvalidArgumentError(
+                f"LearnedSymmetry.random_generators: count must be an integer ≥ 1, got {count!r}"
+            )
+        P = self.num_params
+        h = torch.randn(int(count), P, P, generator=generator, dtype=self.dtype).to(self.device)
+        with torch.no_grad():
+            if speed is None:
+                speed = float(
+                    torch.linalg.vector_norm(self.infinitesimal_action(theta, x), dim=-1).mean()
+                )
+            v = self.infinitesimal_action(theta, x, h)
+            scale = speed / torch.linalg.vector_norm(v, dim=-1).clamp_min(1e-300)
+        return h * scale.reshape(-1, 1, 1)
+
     @torch.no_grad()
     def loss_along_curve(
         self,

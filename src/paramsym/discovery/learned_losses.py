@@ -302,6 +302,37 @@ def loss_terms(
     }
 
 
+def trivial_dimension(
+    loss: SampleLoss, theta: Tensor, x: Tensor, y: Tensor, tol: float = 1e-10
+) -> Tensor:
+    """P − rank D_θL per sample (notes 001c §7, §9.2): the dimension of the tangent space of the
+    per-point losses' level set, in which *every* direction is infinitesimally invariant, the
+    baseline a learned symmetry must be read against. With one point per sample D_θL is one row,
+    so it is P − 1 unless the gradient vanishes.
+
+    Args:
+        loss: the per-sample loss (as :class:`~paramsym.discovery.LearnedSymmetry` takes).
+        theta, x, y: a batch of B samples, θ (B, P).
+        tol: singular values up to ``tol`` · max(1, the batch's largest ‖D_θL‖₂) count as zero.
+
+    Returns:
+        (B,) integers.
+
+    >>> import torch
+    >>> loss = lambda t, x, y: (t[1] * t[0] * x - y) ** 2   # the p = 2 net of Fig 6.3
+    >>> trivial_dimension(loss, torch.ones(2, 2), torch.ones(2, 1), torch.tensor([[0.0], [1.0]]))
+    tensor([1, 2])
+    """
+    if theta.ndim != 2:
+        raise ShapeError(f"trivial_dimension: theta must be (B, P), got {tuple(theta.shape)}")
+    jacobians = torch.vmap(torch.func.jacrev(lambda t, a, b: loss(t, a, b).reshape(-1)))(
+        theta, x, y
+    )  # (B, n, P)
+    scale = max(1.0, float(torch.linalg.matrix_norm(jacobians, ord=2).max()))
+    ranks = torch.linalg.matrix_rank(jacobians, atol=tol * scale, rtol=0.0)
+    return theta.shape[1] - ranks
+
+
 def weighted_total(terms: Mapping[str, Tensor], weights: Sequence[float]) -> Tensor:
     """γ₁L_invariance + γ₂L_id + γ₃L_assoc + γ₄L_reg_id + γ₅L_reg_h_orth + γ₆L_reg_h_sparse
     (objective 6.3); ``weights`` are γ₁…γ₆ in the order of :data:`TERMS`."""

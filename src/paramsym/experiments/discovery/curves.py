@@ -120,12 +120,8 @@ def _network(name: str, config: CurvesConfig, progress: Progress, result: Result
             with torch.no_grad():
                 speed = torch.linalg.vector_norm(sym.infinitesimal_action(theta[b], x[b], sym.h[i]))
                 learned = lc.curve_variation(sym, sym.h[i], theta[b], x[b], y[b], t)
-                randoms = lc.matched(
-                    sym,
-                    lc.random_generators(config.random_curves, P, generator),
-                    theta[b],
-                    x[b],
-                    speed,
+                randoms = sym.random_generators(
+                    config.random_curves, theta[b], x[b], speed=float(speed), generator=generator
                 )
                 random = torch.stack(
                     [lc.curve_variation(sym, r, theta[b], x[b], y[b], t) for r in randoms]

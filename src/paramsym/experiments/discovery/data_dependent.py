@@ -80,6 +80,7 @@ from torch import nn
 import paramsym as ps
 from paramsym.core.tables import append_row, empty_table, table_rows
 from paramsym.discovery import LearnedSymmetryConfig
+from paramsym.discovery.learned_losses import trivial_dimension
 from paramsym.errors import AmbiguousDimensionWarning
 from paramsym.experiments.discovery import learned_common as lc
 from paramsym.experiments.discovery.plotting import generator_heatmaps
@@ -170,7 +171,8 @@ def _cosines(trained: lc.Trained, samples: Any, count: int, seed: int) -> dict[s
     theta, x, y = samples
     grads = lc.loss_gradients(trained.loss, theta, x, y)
     generator = torch.Generator().manual_seed(seed)
-    randoms = lc.random_generators(count, sym.num_params, generator)
+    P = sym.num_params  # the cosine is speed-free: unscaled random generators
+    randoms = torch.randn(count, P, P, generator=generator, dtype=lc.F64)
     with torch.no_grad():
         v = sym.infinitesimal_action(theta, x)
         random = lc.gradient_cosines(grads, sym.infinitesimal_action(theta, x, randoms))
@@ -225,7 +227,7 @@ def _net(name: str, config: DataDependentConfig, progress: Progress, result: Res
     m[f"{name}_generator_norms"] = [float(t) for t in sym.generators().flatten(1).norm(dim=1)]
     m[f"{name}_generators"] = sym.generators().tolist()
     m[f"{name}_elements"] = sym.group_elements().tolist()
-    trivial = lc.trivial_dims(trained.loss, theta, x, y)
+    trivial = trivial_dimension(trained.loss, theta, x, y).tolist()
     m[f"{name}_trivial_dim"] = [min(trivial), max(trivial)]
     with torch.no_grad():
         speeds = torch.linalg.vector_norm(sym.infinitesimal_action(theta, x), dim=-1)

@@ -147,19 +147,6 @@ def loss_gradients(loss: FlatLoss, theta: Tensor, x: Tensor, y: Tensor) -> Tenso
     return torch.vmap(torch.func.grad(one))(theta, x, y)
 
 
-def trivial_dims(
-    loss: FlatLoss, theta: Tensor, x: Tensor, y: Tensor, tol: float = 1e-10
-) -> list[int]:
-    """p − rank(D_θ L) per sample (notes §9.2): the dimension of the tangent space of the
-    per-point loss's level set, in which every direction is infinitesimally invariant. With
-    one point D_θ L is one row, so this is P − 1 unless the gradient vanishes. Singular values
-    up to ``tol`` · max(1, largest gradient norm of the batch) count as zero."""
-    jacobians = torch.vmap(torch.func.jacrev(loss))(theta, x, y)  # (B, n, P)
-    scale = max(1.0, float(torch.linalg.matrix_norm(jacobians, ord=2).max()))
-    ranks = torch.linalg.matrix_rank(jacobians, atol=tol * scale, rtol=0.0)
-    return [theta.shape[1] - int(r) for r in ranks]
-
-
 def tangent_field(loss: FlatLoss, theta: Tensor, x: Tensor, y: Tensor, u: Tensor) -> Tensor:
     """A fixed direction u projected onto the tangent space of the per-point loss's level set
     at one sample: u − ⟨u, ∇ℓ⟩∇ℓ/‖∇ℓ‖², (P,). It keeps the loss to first order exactly and
@@ -184,20 +171,6 @@ def tangent_field_sensitivity(
     field = tangent_field(loss, theta, x, y, u)
     jacobian = torch.func.jacrev(lambda d: tangent_field(loss, theta, d, y, u))(x)
     return relative_data_sensitivity(field, jacobian, x)
-
-
-def random_generators(count: int, size: int, generator: torch.Generator) -> Tensor:
-    """``count`` random Lie-algebra elements with standard-normal entries: (count, P, P)."""
-    return torch.randn(count, size, size, generator=generator, dtype=F64)
-
-
-def matched(
-    symmetry: LearnedSymmetry, h: Tensor, theta: Tensor, x: Tensor, speed: Tensor
-) -> Tensor:
-    """Scale each element of ``h`` (m, P, P) so that its vector field through the learned
-    action has length ``speed`` at the one sample (θ (P,), x): (m, P, P)."""
-    v = symmetry.infinitesimal_action(theta, x, h)
-    return h * (speed / torch.linalg.vector_norm(v, dim=-1)).reshape(-1, 1, 1)
 
 
 def gradient_cosines(grads: Tensor, v: Tensor) -> Tensor:

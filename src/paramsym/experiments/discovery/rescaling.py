@@ -151,12 +151,8 @@ def run_rescaling(config: RescalingConfig, progress: Progress) -> Result:
         with torch.no_grad():
             speed = torch.linalg.vector_norm(sym.infinitesimal_action(theta[b], x[b], hat))
             change = lc.curve_variation(sym, hat, theta[b], x[b], y[b], t)
-            randoms = lc.matched(
-                sym,
-                lc.random_generators(config.random_generators, 2, generator),
-                theta[b],
-                x[b],
-                speed,
+            randoms = sym.random_generators(
+                config.random_generators, theta[b], x[b], speed=float(speed), generator=generator
             )
             random_changes = torch.stack(
                 [lc.curve_variation(sym, r, theta[b], x[b], y[b], t) for r in randoms]
