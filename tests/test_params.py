@@ -73,3 +73,26 @@ def test_matrix_exp_is_accurate_where_torch_single_matrix_path_is_not():
     rotation = torch.tensor([[0.0, 0.049], [-0.049, 0.0]], dtype=torch.float64)
     exact = torch.tensor([[np.cos(0.049), np.sin(0.049)], [-np.sin(0.049), np.cos(0.049)]])
     assert float((matrix_exp(rotation) - exact).abs().max()) <= 1e-15
+
+
+def test_svd_falls_back_to_gesvd_where_gesdd_fails_to_converge(monkeypatch):
+    """torch's CPU SVD (gesdd) can stop with "failed to converge" on large matrices with many
+    repeated singular values; paramsym.core.linalg.svd then uses LAPACK's gesvd, which gives
+    the same decomposition (checked here by forcing the failure)."""
+    from paramsym.core import linalg
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    reference = torch.linalg.svd(a, full_matrices=False)
+
+    def fails(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+
+    monkeypatch.setattr(torch.linalg, "svd", fails)
+    for full in (False, True):
+        u, s, vh = linalg.svd(a, full_matrices=full)
+        assert u.dtype == s.dtype == vh.dtype == torch.float64
+        assert u.shape == ((7, 7) if full else (7, 5))
+        torch.testing.assert_close(s, reference.S, rtol=1e-12, atol=0.0)
+        torch.testing.assert_close(u[:, :5] * s @ vh, a, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(u.T @ u, torch.eye(u.shape[1], dtype=torch.float64))

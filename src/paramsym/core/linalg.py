@@ -16,3 +16,25 @@ def matrix_exp(m: Tensor) -> Tensor:
     against ``scipy.linalg.expm`` in the tests). Differentiable, and it runs on any device.
     """
     return torch.linalg.matrix_exp(torch.stack([m, m]))[0]
+
+
+def svd(matrix: Tensor, full_matrices: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.linalg.svd``, falling back to LAPACK's ``gesvd`` where it fails to converge.
+
+    On the CPU torch calls ``gesdd`` (divide and conquer), which can stop with "the algorithm
+    failed to converge" on large matrices with many (near-)repeated singular values, such as
+    the stacked tangent images of exact discovery (3024 × 2916 at gl(54)). ``gesvd`` (QR
+    iteration, through :func:`scipy.linalg.svd`) is slower but converges there; it computes
+    the same decomposition, so the fallback changes the time, not the result.
+    """
+    try:
+        return torch.linalg.svd(matrix, full_matrices=full_matrices)
+    except torch.linalg.LinAlgError:
+        import scipy.linalg
+
+        u, s, vh = scipy.linalg.svd(
+            matrix.detach().cpu().numpy(), full_matrices=full_matrices, lapack_driver="gesvd"
+        )
+        return tuple(  # type: ignore[return-value]
+            torch.from_numpy(a).to(dtype=matrix.dtype, device=matrix.device) for a in (u, s, vh)
+        )

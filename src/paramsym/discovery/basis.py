@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.linalg import svd
 from paramsym.discovery.ansatz import (
     Ansatz,
     BasisElement,
@@ -117,7 +118,7 @@ class BasisAnsatz(Ansatz):
                     for _ in range(points)
                 ]
             ).T
-        u, s, _ = torch.linalg.svd(stacked, full_matrices=True)
+        u, s, _ = svd(stacked, full_matrices=True)
         rank = int((s > s.max() * 1e-10).sum()) if s.numel() else 0
         return u[:, rank:].T.contiguous()
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.linalg import svd
 from paramsym.discovery.ansatz import MATRIX_LIMIT, Ansatz
 from paramsym.discovery.result import DiscoveredGenerator, DiscoveryResult
 from paramsym.errors import InvalidArgumentError, ParamsymError
@@ -128,7 +129,7 @@ def _orthonormal(vectors: Tensor, rtol: float = SPAN_RTOL) -> tuple[Tensor, Tens
     if vectors.shape[1] == 0:
         empty = vectors.new_zeros(0)
         return vectors, vectors, empty, vectors.new_zeros(0, 0)
-    u, s, vh = torch.linalg.svd(vectors, full_matrices=False)
+    u, s, vh = svd(vectors, full_matrices=False)
     rank = int((s > s[0] * rtol).sum()) if float(s[0]) > 0 else 0
     return u[:, :rank], u, s, vh
 
@@ -323,7 +324,7 @@ def _missed(
     rank = q_found.shape[1]
     if q_known.shape[1]:
         rest = q_found - q_known @ (q_known.T @ q_found)
-        u, sines, _ = torch.linalg.svd(rest, full_matrices=False)
+        u, sines, _ = svd(rest, full_matrices=False)
         directions = (q_found.T @ u)[:, sines > tol]
     else:
         directions = torch.eye(rank, dtype=q_found.dtype)

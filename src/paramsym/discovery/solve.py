@@ -20,6 +20,8 @@ import math
 import torch
 from torch import Tensor
 
+from paramsym.core.linalg import svd
+
 ROW_RANK_RTOL = 1e-9
 """A draw's rows count as independent down to this fraction of their largest singular value."""
 
@@ -93,7 +95,7 @@ class StackedSystem:
         if r.shape[0] == 0:
             eye = torch.eye(self.unknowns, dtype=torch.float64)
             return torch.zeros(self.unknowns, dtype=torch.float64), eye
-        _, s, vh = torch.linalg.svd(r, full_matrices=True)
+        _, s, vh = svd(r, full_matrices=True)
         return _pad(s, self.unknowns), vh
 
 
