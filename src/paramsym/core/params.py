@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.calls import call_arguments
 from paramsym.errors import MissingParameterError, NonFiniteError, ShapeError
 
 Params = dict[str, Tensor]
@@ -78,9 +79,13 @@ def stateless_call(
 
 
 def functional_call(
-    model: nn.Module, params: Mapping[str, Tensor], x: Tensor | tuple[Any, ...]
-) -> Tensor:
-    """Evaluate ``model`` at ``params`` on input ``x`` (a tensor, or a tuple of positional inputs).
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    x: Tensor | tuple[Any, ...] | Mapping[str, Any],
+) -> Any:
+    """Evaluate ``model`` at ``params`` on input ``x``: a tensor, a tuple of positional inputs,
+    or a mapping of keyword inputs (``{"input_ids": ids}``, a ``BatchEncoding``; a model that
+    takes ``use_cache`` is called with ``use_cache=False``, see :mod:`paramsym.core.calls`).
 
     Parameters missing from ``params`` are taken from the module. Buffers are taken from the
     module as *copies* (:func:`buffer_copies`, in the dtype of ``params``): analyses never
@@ -88,8 +93,8 @@ def functional_call(
     and the call works inside ``torch.func`` transforms, which reject in-place updates of
     captured tensors.
     """
-    args = x if isinstance(x, tuple) else (x,)
-    return stateless_call(model, {**buffer_copies(model, params), **params}, args)
+    args, kwargs = call_arguments(model, x, "functional_call", strict=False)
+    return stateless_call(model, {**buffer_copies(model, params), **params}, args, kwargs)
 
 
 def buffer_copies(model: nn.Module, params: Mapping[str, Tensor]) -> Params:

@@ -26,8 +26,9 @@ from paramsym.symmetry.graph import arith_rules as _arith  # noqa: F401  (regist
 from paramsym.symmetry.graph import layout_rules as _layout  # noqa: F401
 from paramsym.symmetry.graph import recurrent_rules as _recurrent  # noqa: F401
 from paramsym.symmetry.graph import rules as _rules  # noqa: F401
-from paramsym.symmetry.graph.attention_rules import attention_role, head_permutations
+from paramsym.symmetry.graph.attention_rules import attention_role, rotary_pairs
 from paramsym.symmetry.graph.facts import Family
+from paramsym.symmetry.graph.heads import head_permutations
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
 from paramsym.symmetry.graph.trace import TRACERS, TracedGraph, TraceError, trace_forward
 from paramsym.symmetry.graph.values import TensorValue
@@ -36,12 +37,12 @@ from paramsym.symmetry.translation import SoftmaxTranslation
 
 __all__ = ["GraphAnalysis", "TraceError", "analyse", "graph_symmetries"]
 
-_CONTINUOUS = (Family.GL, Family.ORTHOGONAL, Family.SCALING)
+_CONTINUOUS = (Family.GL, Family.ORTHOGONAL, Family.ROTARY, Family.SCALING)
 _SEARCH = (*_CONTINUOUS, Family.PERMUTATION, Family.SIGN)
 """Families in the order they are decided: a continuous family is reported for a class only
 where no larger continuous group (earlier in this order) already covers its features."""
-_ORDER = {Family.GL: 0, Family.ORTHOGONAL: 0, Family.SCALING: 0, Family.PERMUTATION: 1,
-          Family.SIGN: 2}  # fmt: skip
+_ORDER = {Family.GL: 0, Family.ORTHOGONAL: 0, Family.ROTARY: 0, Family.SCALING: 0,
+          Family.PERMUTATION: 1, Family.SIGN: 2}  # fmt: skip
 
 
 @dataclass
@@ -80,6 +81,7 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
     shapes = {name: tuple(walk.env[node].shape) for node, name in placeholders.items()}
     found: list[tuple[tuple[int, int], int, Symmetry]] = []
     covered: dict[int, list[tuple[int, int]]] = {}
+    valid_atoms: dict[Family, set[tuple[int, int, int]]] = {}
     for family in _SEARCH:
         family_classes = classes(facts, family)
         conflicted = conflicts(family_classes)
@@ -94,6 +96,10 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
             slots = slots_of(cls, family, shapes)
             if not slots:
                 continue
+            role = attention_role(facts, cls.atoms)
+            pairs = rotary_pairs(facts, cls.atoms) if family is Family.ROTARY else ()
+            if family is Family.ROTARY and (role is None or pairs is None):
+                continue  # no rotary embedding pairs these features: GL decided them
             if family in _CONTINUOUS:
                 _cover(cls, covered)
             producers = [
@@ -101,15 +107,11 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
                 for space, _, _ in sorted(cls.atoms)
                 if family in facts.spaces[space].sources
             ]
-            role = attention_role(facts, cls.atoms)
-            symmetry = build(cls, family, slots, producers, role)
+            symmetry = build(cls, family, slots, producers, role, pairs or ())
             found.append((cls.key, _ORDER[family], symmetry))
-        if family is Family.PERMUTATION:
-            class_of = {atom: c for c in family_classes for atom in c.atoms}
-            for key, symmetry in head_permutations(
-                facts, class_of, usable, lambda c: slots_of(c, Family.PERMUTATION, shapes)
-            ):
-                found.append((key, 3, symmetry))
+        valid_atoms[family] = {a for c in family_classes if id(c) in usable for a in c.atoms}
+    for key, symmetry in head_permutations(facts, valid_atoms):
+        found.append((key, 3, symmetry))
     found.sort(key=lambda item: (item[0], item[1]))
     buffers = set(walk.traced.buffers.values())
     for _, _, symmetry in found:

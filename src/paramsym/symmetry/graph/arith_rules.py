@@ -166,11 +166,41 @@ def add(walk: Walk, call: OpCall) -> Any:
     )
 
 
+_FACTORS = frozenset({Family.SCALING, Family.SIGN})
+
+
+def _gated(walk: Walk, call: OpCall, a: TensorValue, b: TensorValue) -> TensorValue | None:
+    """``act(gate) ⊙ up`` (SwiGLU, GeGLU; notes 005 §3): both factors share one permutation;
+    the factor computed by a linear map (``up``, the second when both are) carries rescaling
+    and sign flips to the product while the other stays fixed (c·up ⊙ gate = c·(up ⊙ gate));
+    GL passes neither. None when the operands are not two feature tensors of one layout."""
+    if a.shape != b.shape or a.axes.keys() != b.axes.keys() or a.head_axes or b.head_axes:
+        return None
+    if any(a.axes[j].width != b.axes[j].width for j in a.axes):
+        return None
+    facts = walk.facts
+    axes: dict[int, Member] = {}
+    for j, (ma, mb) in ((j, (a.axes[j], b.axes[j])) for j in a.axes):
+        linear = [m for m in (ma, mb) if walk.origins.get(m.space, ("",))[0] == "linear"]
+        carrier = linear[-1] if linear else None
+        out = fresh(walk, ma, call.module)
+        for m in (ma, mb):
+            facts.link(m, out, PERM | (_FACTORS if m is carrier else frozenset()))
+            passing = PERM | (_FACTORS if m is carrier else frozenset())
+            facts.block(m, ALL_FAMILIES - passing, f"{call.where}: a factor of a gated product")
+        axes[j] = out
+    return TensorValue(tuple(call.shape), axes)
+
+
 @rule("mul", "div", heads=True)
 def mul(walk: Walk, call: OpCall) -> Any:
     a, b = call.args[0], call.args[1]
     if not any(isinstance(v, TensorValue) for v in (a, b)):
         return walk.fallback(call)
+    if call.op == "mul" and isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        gated = _gated(walk, call, a, b)
+        if gated is not None:
+            return gated
     if (
         call.op == "div"
         and isinstance(b, (TensorValue, ParamValue))

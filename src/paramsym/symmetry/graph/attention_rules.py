@@ -12,20 +12,18 @@ every D, so no group mixes heads); the reverse view merges them. In
   features in every family (they then meet the output projection's columns: per-head
   GL(d_v));
 * whole heads can be permuted together in q, k, v and the output
-  (:func:`head_permutations`, built once the classes are known).
+  (:mod:`.heads`, built once the classes are known).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from paramsym.symmetry.attention import HeadPermutation
-from paramsym.symmetry.base import Slot, Symmetry
-from paramsym.symmetry.graph.facts import ALL_FAMILIES, Attention, Facts, Member
-from paramsym.symmetry.graph.solve import Class
-from paramsym.symmetry.graph.values import TensorValue
+from paramsym.symmetry.graph.facts import ALL_FAMILIES, Attention, Facts, Family, Member, Rotary
+from paramsym.symmetry.graph.rules import fresh
+from paramsym.symmetry.graph.values import ParamValue, TensorValue
 from paramsym.symmetry.graph.walk import OpCall, Walk, rule
 
 
@@ -35,6 +33,8 @@ def split_or_merge_heads(
     """How a view moves a member between whole and head-split form: ``(output axis, member,
     head axis or None)``, or ``None`` if this view neither splits nor merges it."""
     member, shape = x.axes[axis], x.shape
+    if member.repeat != 1:
+        return None
     if axis in x.head_axes:  # merge (..., H, D, ...) -> (..., H·D, ...)
         head_axis = x.head_axes[axis]
         if head_axis != axis - 1:
@@ -74,37 +74,135 @@ def _heads_member(value: Any, axis: int) -> tuple[Member, int] | None:
     return member, value.head_axes[axis]
 
 
+HEAD_BIAS = "a per-head bias of the attention scores"
+"""Block reason of a per-head bias member: it moves with head permutations only."""
+
+
+def _scores_bias(walk: Walk, call: OpCall, mask: Any, heads: int) -> tuple[Member | None, str]:
+    """What a mask (or bias) added to the (…, heads, queries, keys) scores does per head: its
+    member on the head axis (a per-head bias read from a parameter), or why the heads get a
+    term that no parameter holds (``""`` when the mask is the same for every head)."""
+    if isinstance(mask, ParamValue):
+        walk.unexplained(mask, call)
+        return None, f"{call.where} adds the parameter '{mask.name}' to the scores"
+    if not isinstance(mask, TensorValue) or mask.ndim < 3:
+        return None, ""
+    head_axis = mask.ndim - 3
+    bias = mask.axes.get(head_axis)
+    for axis, member in mask.axes.items():
+        walk.facts.block(member, ALL_FAMILIES, HEAD_BIAS if axis == head_axis else call.where)
+    if bias is None and mask.shape[head_axis] > 1 and heads > 1:
+        return None, f"{call.where} adds a different term to each head's scores"
+    if bias is not None and bias.width != heads:
+        walk.facts.block(bias, ALL_FAMILIES, f"{call.where}: bias heads do not line up")
+        return None, f"{call.where}: the per-head bias has {bias.width} heads, not {heads}"
+    return bias, ""
+
+
 @rule("scaled_dot_product_attention", heads=True)
 def scaled_dot_product_attention(walk: Walk, call: OpCall) -> Any:
     q, k, v = call.args[0], call.args[1], call.args[2]
-    mask = call.arg(3, "attn_mask")
     out_shape = tuple(call.shape)
-    facts = walk.facts
     parts = [_heads_member(t, -1) for t in (q, k, v)]
-    if (
-        any(p is None for p in parts)
-        or call.kwargs.get("enable_gqa", False)
-        or not all(isinstance(t, TensorValue) for t in (q, k, v))
-    ):
+    if any(p is None for p in parts):
         reason = f"{call.where}: queries, keys and values must be split into heads"
         walk.block_all([q, k, v], reason)
         return TensorValue(out_shape)
     (qm, q_head), (km, k_head), (vm, v_head) = parts  # type: ignore[misc]
-    if not (q_head == k_head == v_head and qm.heads == km.heads == vm.heads):
-        walk.block_all([q, k, v], f"{call.where}: heads do not line up")
+    gqa = bool(call.kwargs.get("enable_gqa", False))
+    return attend(walk, call, (qm, km, vm), (q_head, k_head, v_head), call.arg(3, "attn_mask"),
+                  out_shape, gqa=gqa)  # fmt: skip
+
+
+def attend(
+    walk: Walk,
+    call: OpCall,
+    members: tuple[Member, Member, Member],
+    head_axes: tuple[int, int, int],
+    mask: Any,
+    out_shape: tuple[int, ...],
+    *,
+    gqa: bool = False,
+) -> TensorValue:
+    """The facts of one attention op with head-split queries, keys and values (module
+    docstring): head i's queries against the keys of its key/value head (contragredient), its
+    output features linked to that head's values. ``gqa``: the key/value heads are not
+    repeated along the head axis (``enable_gqa=True``); repeated heads carry ``repeat``."""
+    qm, km, vm = members
+    facts = walk.facts
+    heads = qm.heads
+    groups = [_group(qm, m, gqa) for m in (km, vm)]
+    if qm.repeat != 1 or len(set(head_axes)) != 1 or None in groups or groups[0] != groups[1]:
+        walk.facts.block(qm, ALL_FAMILIES, f"{call.where}: heads do not line up")
+        walk.facts.block(km, ALL_FAMILIES, f"{call.where}: heads do not line up")
+        walk.facts.block(vm, ALL_FAMILIES, f"{call.where}: heads do not line up")
         return TensorValue(out_shape)
-    if isinstance(mask, TensorValue) and mask.axes:
-        walk.block_all(mask, f"{call.where}: the mask holds features")
+    group = int(groups[0] or 1)
+    bias, fixed = _scores_bias(walk, call, mask, heads)
     # queries against keys: contragredient in every family (q·k unchanged)
-    for i in range(qm.heads):
-        facts.link(_head(qm, i), _head(km, i), ALL_FAMILIES, dual=True)
-    out = facts.new_space(vm.width, call.module)
+    for i in range(heads):
+        facts.link(_head(qm, i), _head(km, i // group), ALL_FAMILIES, dual=True)
+    out = facts.new_space(vm.head_width * heads, call.module)
     facts.cut(out, vm.head_width)
-    out = Member(out.space, 0, out.stop, 1, vm.heads)
-    facts.link(vm, out, ALL_FAMILIES)
-    facts.attention.append(Attention(call.module, qm, km, vm, out))
-    head_axis = q_head
-    return TensorValue(out_shape, {len(out_shape) - 1: out}, {len(out_shape) - 1: head_axis})
+    out = Member(out.space, 0, out.stop, 1, heads)
+    for i in range(heads):
+        facts.link(_head(vm, i // group), _head(out, i), ALL_FAMILIES)
+    facts.attention.append(Attention(call.module, qm, km, vm, out, group, bias, fixed))
+    axis = len(out_shape) - 1
+    return TensorValue(out_shape, {axis: out}, {axis: head_axes[0]})
+
+
+def _group(query: Member, other: Member, gqa: bool) -> int | None:
+    """Query heads per key (or value) head, or None when the heads do not line up."""
+    along_axis = other.heads * other.repeat
+    if along_axis != query.heads and not (gqa and query.heads % along_axis == 0):
+        return None
+    return query.heads // other.heads if query.heads % other.heads == 0 else None
+
+
+@rule("repeat_heads", heads=True)
+def repeat_heads(walk: Walk, call: OpCall) -> Any:
+    """Key/value heads repeated for grouped-query attention (see
+    :mod:`~paramsym.symmetry.graph.patterns`): each head-split member whose head axis is
+    repeated serves ``repeat`` consecutive query heads."""
+    x, repeat, axis = call.args[0], int(call.kwargs["repeat"]), int(call.kwargs["axis"])
+    repeated = isinstance(x, TensorValue) and axis in x.head_axes.values()
+    if not isinstance(x, TensorValue) or not repeated or axis in x.axes:
+        return walk.fallback(call)
+    axes = {
+        a: replace(m, repeat=m.repeat * repeat) if x.head_axes.get(a) == axis else m
+        for a, m in x.axes.items()
+    }
+    return TensorValue(tuple(call.shape), axes, dict(x.head_axes))
+
+
+@rule("rotary", heads=True)
+def rotary(walk: Walk, call: OpCall) -> Any:
+    """A rotary embedding (see :mod:`~paramsym.symmetry.rotary`): in each head the first
+    ``rotated`` coordinates pass only the scaled rotations of their ``pairs`` (family
+    ``ROTARY``), the others pass everything."""
+    x, pairs, rotated = call.args[0], call.kwargs["pairs"], int(call.kwargs["rotated"])
+    if not isinstance(x, TensorValue) or x.member(-1) is None:
+        return walk.fallback(call)
+    member = x.member(-1)
+    assert member is not None
+    d = member.head_width
+    if member.repeat != 1 or member.block != 1 or rotated > d:
+        walk.block_all(x, f"{call.where}: rotary embedding on features it cannot split")
+        return TensorValue(tuple(call.shape))
+    facts = walk.facts
+    out = fresh(walk, member, call.module)
+    rotation = frozenset({Family.ROTARY})
+    for i in range(member.heads):
+        head_in, head_out = _head(member, i), _head(out, i)
+        facts.link(head_in.narrow(0, rotated), head_out.narrow(0, rotated), rotation)
+        facts.block(head_in.narrow(0, rotated), ALL_FAMILIES - rotation, f"{call.where} rotates")
+        if rotated < d:
+            facts.link(head_in.narrow(rotated, d), head_out.narrow(rotated, d), ALL_FAMILIES)
+    facts.rotary.append(Rotary(out, tuple(pairs), rotated))
+    facts.rotary.append(Rotary(member, tuple(pairs), rotated))
+    axis = x.axis(-1)
+    return TensorValue(x.shape, {**x.axes, axis: out}, dict(x.head_axes))
 
 
 def _head(member: Member, i: int) -> Member:
@@ -114,73 +212,32 @@ def _head(member: Member, i: int) -> Member:
 
 def attention_role(facts: Facts, atoms: list[tuple[int, int, int]]) -> tuple[str, str, int] | None:
     """``("QK" | "VO", module, head)`` when a class holds one head's query or value features
-    of an attention op, else None."""
+    of an attention op (under grouped-query attention: one key/value head's, named
+    ``kv_head``), else None."""
     for record in facts.attention:
-        for kind, member in (("QK", record.query), ("VO", record.value)):
+        pairs = (("QK", record.key), ("VO", record.value))
+        if record.group == 1:
+            pairs = (("QK", record.query), ("VO", record.value))
+        for kind, member in pairs:
             d = member.head_width
             for space, start, stop in atoms:
                 if space == member.space and member.start <= start and stop <= member.stop:
                     head = (start - member.start) // d
                     if (stop - 1 - member.start) // d == head:
-                        return kind, record.module, head
+                        label = "kv_head" if record.group > 1 else "head"
+                        return kind, f"{record.module}.{label}", head
     return None
 
 
-def head_permutations(
-    facts: Facts,
-    class_of: dict[tuple[int, int, int], Class],
-    usable: set[int],
-    slots: Callable[[Class], list[Slot] | None],
-) -> list[tuple[tuple[int, int], Symmetry]]:
-    """Per attention op, the permutations of whole heads: head i's query class and value class
-    (each valid, holding exactly that head) are moved to head p(i) together. The slots of
-    head i must be those of head 0 shifted by i heads, so one block slot per parameter
-    covers them all. Returns (sort key, symmetry) pairs."""
-    found: list[tuple[tuple[int, int], Symmetry]] = []
-    for record in facts.attention:
-        heads = record.query.heads
-        if heads < 2:
-            continue
-        per_head: list[list[Slot]] = []
-        for i in range(heads):
-            head_slots: list[Slot] = []
-            for member in (record.query, record.value):
-                d = member.head_width
-                atom = (member.space, member.start + i * d, member.start + (i + 1) * d)
-                cls = class_of.get(atom)
-                found_slots = slots(cls) if cls is not None and id(cls) in usable else None
-                if cls is None or found_slots is None or cls.width != d:
-                    break
-                head_slots += found_slots
-            else:
-                per_head.append(sorted(head_slots, key=lambda t: (t.name, t.axis, t.offset or 0)))
-                continue
-            break
-        if len(per_head) != heads or not _congruent(per_head):
-            continue
-        first = per_head[0]
-        blocks = [  # one block per head: head 0's entries through the start of head 1
-            Slot(t.name, t.axis, 1.0, t.offset or 0, (nxt.offset or 0) - (t.offset or 0))
-            for t, nxt in zip(first, per_head[1], strict=True)
-        ]
-        key = min(a for a in class_of if a[0] == record.query.space)[:2]
-        found.append((key, HeadPermutation(heads, blocks, (), site=record.module)))
-    return found
-
-
-def _congruent(per_head: list[list[Slot]]) -> bool:
-    """Whether head i's slots are head 0's shifted by i equal steps, per parameter axis."""
-    first = per_head[0]
-    if len(per_head) < 2 or any(len(h) != len(first) for h in per_head):
-        return False
-    for j, slot in enumerate(first):
-        step = (per_head[1][j].offset or 0) - (slot.offset or 0)
-        if step <= 0:
-            return False
-        for i, head in enumerate(per_head):
-            other = head[j]
-            if (other.name, other.axis, other.block) != (slot.name, slot.axis, slot.block):
-                return False
-            if (other.offset or 0) != (slot.offset or 0) + i * step:
-                return False
-    return True
+def rotary_pairs(
+    facts: Facts, atoms: list[tuple[int, int, int]]
+) -> tuple[tuple[int, int], ...] | None:
+    """The rotated pairs of a class that holds the rotated coordinates of one head (as one
+    atom), else None."""
+    for record in facts.rotary:
+        member, d = record.member, record.member.head_width
+        for space, start, stop in atoms:
+            inside = member.start <= start < member.stop
+            if space == member.space and inside and (start - member.start) % d == 0:
+                return record.pairs if stop - start == record.rotated else None
+    return None

@@ -35,6 +35,9 @@ class Family(str, enum.Enum):
     SCALING = "scaling"
     GL = "gl"
     ORTHOGONAL = "orthogonal"
+    ROTARY = "rotary"
+    """Scaled rotations of the pairs a rotary embedding rotates (a subgroup of GL that
+    commutes with the rotations): it passes where GL does and through the rotary op."""
 
 
 ALL_FAMILIES: frozenset[Family] = frozenset(Family)
@@ -72,13 +75,16 @@ class Member:
 
     ``heads > 1``: the features were split into ``heads`` equal runs (attention heads) and the
     axis holds one run, the run being chosen by another axis of the tensor (its head axis,
-    see :attr:`~paramsym.symmetry.graph.values.TensorValue.head_axes`)."""
+    see :attr:`~paramsym.symmetry.graph.values.TensorValue.head_axes`). ``repeat > 1``: each
+    run is repeated that many times along the head axis (key/value heads shared by a group of
+    query heads), so the head axis has ``heads · repeat`` entries."""
 
     space: int
     start: int
     stop: int
     block: int = 1
     heads: int = 1
+    repeat: int = 1
 
     @property
     def width(self) -> int:
@@ -141,14 +147,31 @@ class Cut:
 
 @dataclass(frozen=True)
 class Attention:
-    """One ``scaled_dot_product_attention``: its head-split query, key and value members and
-    the output member (heads on the same axis as the value's)."""
+    """One attention op: its head-split query, key and value members and the output member
+    (one head per query head). ``group``: query heads per key/value head (grouped-query
+    attention; 1 otherwise). ``bias``: a member on the head axis of what is added to the
+    scores (a per-head position bias read from a parameter), which head permutations must
+    move too; ``fixed_bias``: the scores get a per-head term no parameter holds (ALiBi slopes
+    computed from the head index), so heads cannot be permuted."""
 
     module: str
     query: Member
     key: Member
     value: Member
     output: Member
+    group: int = 1
+    bias: Member | None = None
+    fixed_bias: str = ""
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """A rotary embedding on ``member`` (head-split, heads of ``head_width``): in each head,
+    coordinates ``[0, rotated)`` are rotated in ``pairs`` (local indices), the rest pass."""
+
+    member: Member
+    pairs: tuple[tuple[int, int], ...]
+    rotated: int
 
 
 @dataclass
@@ -175,6 +198,7 @@ class Facts:
     absorbs: list[Absorb] = field(default_factory=list)
     cuts: list[Cut] = field(default_factory=list)
     attention: list[Attention] = field(default_factory=list)
+    rotary: list[Rotary] = field(default_factory=list)
     unexplained: dict[str, str] = field(default_factory=dict)  # parameter -> why
 
     def new_space(

@@ -29,7 +29,7 @@ from paramsym.symmetry.graph.values import (
 from paramsym.symmetry.graph.walk import OpCall, Walk, blank, rule
 
 PERM = frozenset({Family.PERMUTATION})
-LINEAR_ONLY = frozenset({Family.GL, Family.ORTHOGONAL})
+LINEAR_ONLY = frozenset({Family.GL, Family.ORTHOGONAL, Family.ROTARY})
 NOT_LINEAR = ALL_FAMILIES - LINEAR_ONLY
 
 
@@ -89,7 +89,7 @@ def _families(spec: ActivationSpec) -> tuple[frozenset[Family], float]:
     if spec.degree is not None:
         passing.add(Family.SCALING)
     if spec.linear:
-        passing |= {Family.GL, Family.ORTHOGONAL}
+        passing |= LINEAR_ONLY
     return frozenset(passing), float(spec.degree or 1.0)
 
 

@@ -30,6 +30,7 @@ from paramsym.symmetry.discrete import NeuronPermutation, SignFlip
 from paramsym.symmetry.gl import HiddenGL
 from paramsym.symmetry.graph.facts import Attach, Facts, Family, Law, Link, Member
 from paramsym.symmetry.orthogonal import HiddenOrthogonal
+from paramsym.symmetry.rotary import RotaryQueryKey
 from paramsym.symmetry.scaling import PositiveScaling
 
 Atom = tuple[int, int, int]  # (space, start, stop)
@@ -160,6 +161,10 @@ def _atoms_in(cuts: dict[int, list[int]], member: Member) -> list[Atom]:
     ]
 
 
+_CONTRAGREDIENT = (Family.GL, Family.ROTARY)
+"""Matrix families whose dual element g⁻ᵀ differs from g (O(h) has g⁻ᵀ = g)."""
+
+
 def _ratio(link: Link, family: Family) -> float:
     """The exponent ratio a link imposes in ``family``: the activation degree for rescaling,
     −1 for a contragredient (dual) link in rescaling and GL; O(h), permutations and sign
@@ -167,7 +172,7 @@ def _ratio(link: Link, family: Family) -> float:
     sign = -1.0 if link.dual else 1.0
     if family is Family.SCALING:
         return sign * link.ratio
-    return sign if family is Family.GL else 1.0
+    return sign if family in _CONTRAGREDIENT else 1.0
 
 
 def classes(facts: Facts, family: Family) -> list[Class]:
@@ -243,7 +248,10 @@ def slots_of(cls: Class, family: Family, shapes: dict[str, tuple[int, ...]]) -> 
     slots: dict[tuple[str, int, int | None], Slot] = {}
     for atom, attach in cls.attaches:
         law = attach.law
-        if family in (Family.GL, Family.ORTHOGONAL) and law in (Law.SQUARE, Law.INVARIANT):
+        if family in (*_CONTRAGREDIENT, Family.ORTHOGONAL) and law in (
+            Law.SQUARE,
+            Law.INVARIANT,
+        ):
             return None
         if family is Family.SIGN and law in (Law.SQUARE, Law.INVARIANT):
             continue
@@ -254,7 +262,7 @@ def slots_of(cls: Class, family: Family, shapes: dict[str, tuple[int, ...]]) -> 
         elif family is Family.PERMUTATION:
             power = 1.0
         else:  # GL, O: g or g⁻ᵀ; an atom at exponent −1 (a key) takes the dual
-            power = _POWER[law] * (cls.exponents[atom] if family is Family.GL else 1.0)
+            power = _POWER[law] * (cls.exponents[atom] if family in _CONTRAGREDIENT else 1.0)
         slot = _slot(atom, attach, power, shapes)
         key = (slot.name, slot.axis, slot.offset)
         if key in slots and slots[key] != slot:
@@ -318,14 +326,19 @@ def build(
     slots: list[Slot],
     producers: list[str],
     role: tuple[str, str, int] | None = None,
+    pairs: tuple[tuple[int, int], ...] = (),
 ) -> Symmetry:
     """The symmetry object of a valid class; ``producers`` name the modules producing it;
     ``role`` = (``"QK"``/``"VO"``, module, head) for one head's features of an attention op
-    (then the GL is a :class:`~paramsym.symmetry.QueryKeyGL`/``ValueOutputGL``)."""
+    (then the GL is a :class:`~paramsym.symmetry.QueryKeyGL`/``ValueOutputGL``); ``pairs``:
+    the rotated pairs of a ``ROTARY`` class (a :class:`~paramsym.symmetry.RotaryQueryKey`)."""
     name = site(cls, producers)
     if role is not None:
         kind, module, head = role
-        name = f"{module}.head{head}"
+        name = f"{module}{head}"
+        if family is Family.ROTARY:
+            return RotaryQueryKey(cls.width, pairs, [s for s in slots if s.power > 0],
+                                  [s for s in slots if s.power < 0], site=name)  # fmt: skip
         if family is Family.GL:
             group = QueryKeyGL if kind == "QK" else ValueOutputGL
             return group(cls.width, [s for s in slots if s.power > 0],

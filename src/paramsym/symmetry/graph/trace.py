@@ -23,7 +23,6 @@ and a fallback.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from paramsym.core.calls import call_arguments
 from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError
 
@@ -65,19 +65,13 @@ class TracedGraph:
     tracer: str = ""
 
 
-def as_arguments(example_input: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``example_input`` as (args, kwargs): a tensor, a tuple of positional inputs, or a dict
-    of keyword inputs (e.g. ``{"input_ids": ids}`` for a Hugging Face model)."""
-    if isinstance(example_input, Tensor):
-        return (example_input,), {}
-    if isinstance(example_input, tuple):
-        return example_input, {}
-    if isinstance(example_input, Mapping):
-        return (), dict(example_input)
-    raise InvalidArgumentError(
-        "symmetries: example_input must be a tensor, a tuple of positional inputs or a dict of "
-        f"keyword inputs, got {type(example_input).__name__}"
-    )
+def as_arguments(
+    example_input: Any, model: nn.Module | None = None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``example_input`` as (args, kwargs) for ``model``: see
+    :func:`paramsym.core.calls.call_arguments` (a tensor, a tuple of positional inputs, or a
+    mapping of keyword inputs; ``use_cache=False`` for a model that takes it)."""
+    return call_arguments(model if model is not None else nn.Identity(), example_input)
 
 
 def _short(error: BaseException) -> str:
@@ -103,7 +97,7 @@ def trace_forward(
     unknown = [t for t in tracers if t not in TRACERS]
     if unknown or not tracers:
         raise InvalidArgumentError(f"trace_forward: tracers must be from {TRACERS}, got {tracers}")
-    args, kwargs = as_arguments(example_input)
+    args, kwargs = as_arguments(example_input, model)
     error: TraceError | None = None
     for tracer in tracers:
         start = time.perf_counter()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from paramsym.symmetry.graph.facts import ALL_FAMILIES, Facts
+from paramsym.symmetry.graph.patterns import fuse
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.values import ParamValue, TensorValue, Value
 
@@ -148,13 +149,20 @@ def run(traced: TracedGraph) -> Walk:
     """Run every node's rule in order; return the walk with its facts."""
     walk = Walk(traced)
     env = walk.env
+    fusion = fuse(traced.graph)
     for node in traced.graph.nodes:
         if node.op == "placeholder":
             env[node.name] = _placeholder(traced, node)
+        elif node.name in fusion.skipped:  # inside a fused subgraph: read by it alone
+            env[node.name] = blank(_meta_shape(node))
         elif node.op == "call_function":
-            args = [_evaluate(env, a) for a in node.args]
-            kwargs = {k: _evaluate(env, v) for k, v in node.kwargs.items()}
-            name = op_name(node)
+            fused = fusion.calls.get(node.name)
+            raw_args, raw_kwargs = (
+                (fused.args, fused.kwargs) if fused else (list(node.args), dict(node.kwargs))
+            )
+            args = [_evaluate(env, a) for a in raw_args]
+            kwargs = {k: _evaluate(env, v) for k, v in raw_kwargs.items()}
+            name = fused.op if fused else op_name(node)
             in_place = name not in RULES and name.endswith("_") and name[:-1] in RULES
             used = frozenset(
                 int(user.args[1])
@@ -173,7 +181,7 @@ def run(traced: TracedGraph) -> Walk:
             if call.op not in HEAD_AWARE:
                 call.args = [walk.strip_heads(a, call) for a in call.args]
             env[node.name] = function(walk, call) if function else walk.fallback(call)
-            if in_place and isinstance(node.args[0], torch.fx.Node):
+            if in_place and not fused and isinstance(node.args[0], torch.fx.Node):
                 # ``relu_(a)``, ``a += b``: later reads of ``a`` see the result
                 env[node.args[0].name] = env[node.name]
         elif node.op == "output":

@@ -1,0 +1,311 @@
+"""Subgraphs the walk reads as one op: RMSNorm, rotary embeddings, repeated key/value heads.
+
+Modern decoders write three of their parts by hand out of elementwise ops, and op by op they
+look like nothing a group passes: RMSNorm (``x * rsqrt(mean(x²) + eps)``, then ``γ ⊙``), the
+rotary position embedding (``q * cos + rotate_half(q) * sin``) and the repetition of key/value
+heads for grouped-query attention (``k[:, :, None].expand(...).reshape(...)``). Before the walk,
+:func:`fuse` finds each such subgraph in the traced graph and replaces it by one synthetic call
+with its own rule:
+
+* ``rms_norm(x, [d], γ, eps)``: the same rule as torch's fused ``rms_norm`` op;
+* ``rotary(x, pairs=…, rotated=r)``: which coordinates of each head the rotation pairs up,
+  read off the slices, the negation and the concatenation of ``rotate_half`` (j with j + r/2,
+  Hugging Face's layout) or of the interleaved form (2j with 2j + 1, the original RoPE code),
+  and the first ``r`` coordinates rotated (``partial_rotary_factor``), the rest passed through;
+* ``repeat_heads(k, repeat=G)``: each key/value head serves G consecutive query heads.
+
+A subgraph is fused only where its inner nodes are used by nothing outside it, so the walk
+loses nothing by skipping them. What is not fused is walked op by op, as before.
+
+Fusion reads the graph's structure, not its values: that ``cos`` and ``sin`` hold one
+frequency per rotated pair (as every RoPE implementation builds them) is not checked here,
+which is what :mod:`paramsym.symmetry.verify` does numerically.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+_CASTS = frozenset({"to", "_to_copy", "type_as", "contiguous", "clone"})
+
+
+@dataclass
+class Fused:
+    """One synthetic call: the op name, its arguments (fx nodes or constants) and keywords."""
+
+    op: str
+    args: list[Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fusion:
+    """What :func:`fuse` found: calls replacing nodes, and the inner nodes to skip."""
+
+    calls: dict[str, Fused] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+
+
+def _name(node: Any) -> str:
+    if not isinstance(node, Node) or node.op != "call_function":
+        return ""
+    if node.target is operator.getitem:
+        return "getitem"
+    packet = getattr(node.target, "overloadpacket", None)
+    return str(packet.__name__) if packet is not None else getattr(node.target, "__name__", "")
+
+
+def _shape(node: Any) -> tuple[int, ...] | None:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return tuple(int(s) for s in value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def _uncast(node: Any) -> Any:
+    """``node`` without the dtype casts and copies in front of it."""
+    while _name(node) in _CASTS:
+        node = node.args[0]
+    return node
+
+
+def _only_users(node: Node, allowed: set[Node]) -> bool:
+    return all(user in allowed for user in node.users)
+
+
+def _axis(node: Node, dim: Any) -> int | None:
+    shape = _shape(node)
+    if shape is None or not isinstance(dim, int):
+        return None
+    return dim % len(shape)
+
+
+def _operands(node: Node) -> tuple[Any, Any]:
+    return node.args[0], node.args[1]
+
+
+# -- RMSNorm ---------------------------------------------------------------------------------
+
+
+def _rms_factor(node: Any) -> tuple[Any, float, list[Node]] | None:
+    """``rsqrt(mean(x², -1, keepdim) + eps)`` (casts allowed): (x, eps, inner nodes)."""
+    inner = []
+    while _name(node) in _CASTS:
+        inner.append(node)
+        node = node.args[0]
+    if _name(node) != "rsqrt":
+        return None
+    added = node.args[0]
+    if _name(added) != "add" or not isinstance(added.args[1], (int, float)):
+        return None
+    mean = added.args[0]
+    if _name(mean) != "mean" or len(mean.args) < 2:
+        return None
+    dims, keepdim = (
+        mean.args[1],
+        mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False),
+    )
+    if not keepdim or list(dims) not in ([-1], [len(_shape(mean) or ()) - 1]):
+        return None
+    power = mean.args[0]
+    if _name(power) != "pow" or power.args[1] != 2:
+        return None
+    return power.args[0], float(added.args[1]), [*inner, node, added, mean, power]
+
+
+def _rms_norm(node: Node, fusion: Fusion) -> None:
+    if _name(node) != "mul":
+        return
+    for x, factor in (_operands(node), _operands(node)[::-1]):
+        found = _rms_factor(factor)
+        if found is None or not isinstance(x, Node):
+            continue
+        source, eps, inner = found
+        if _uncast(source) is not _uncast(x):
+            continue
+        if not all(_only_users(n, {node, *inner}) for n in inner):
+            continue
+        shape = _shape(x)
+        if shape is None:
+            continue
+        fused_at, weight, chain = _weight_after(node)
+        fusion.skipped.update(n.name for n in inner)
+        fusion.skipped.update(n.name for n in chain)
+        fusion.calls[fused_at.name] = Fused("rms_norm", [x, [shape[-1]], weight, eps])
+        return
+
+
+def _weight_after(node: Node) -> tuple[Node, Any, list[Node]]:
+    """The ``γ ⊙ normalised`` multiplication after ``node`` (casts allowed), if there is one:
+    (the node to replace, γ's node or None, the nodes between)."""
+    chain = [node]
+    current = node
+    while len(current.users) == 1:
+        user = next(iter(current.users))
+        if _name(user) in _CASTS:
+            chain.append(user)
+            current = user
+            continue
+        if _name(user) == "mul":
+            a, b = _operands(user)
+            weight = b if a is current else a
+            if (
+                isinstance(weight, Node)
+                and weight.op == "placeholder"
+                and len(_shape(weight) or ()) == 1
+            ):
+                return user, weight, chain
+        break
+    return node, None, []
+
+
+# -- rotary embeddings -----------------------------------------------------------------------
+
+
+def _rotate_half(node: Any) -> tuple[Any, list[tuple[int, int]], list[Node]] | None:
+    """``cat([-x[..., h:], x[..., :h]], -1)``: (x, pairs (j, j + h), inner nodes)."""
+    if _name(node) != "cat" or len(node.args[0]) != 2:
+        return None
+    negated, low = node.args[0]
+    if _axis(node, node.args[1] if len(node.args) > 1 else 0) != len(_shape(node) or ()) - 1:
+        return None
+    if _name(negated) != "neg":
+        return None
+    high = negated.args[0]
+    if _name(low) != "slice" or _name(high) != "slice" or low.args[0] is not high.args[0]:
+        return None
+    x = low.args[0]
+    width = (_shape(x) or (0,))[-1]
+    last = len(_shape(x) or ()) - 1
+    if _axis(x, low.args[1]) != last or _axis(x, high.args[1]) != last:
+        return None
+    half = width // 2
+    if width % 2 or _bounds(low, width) != (0, half) or _bounds(high, width) != (half, width):
+        return None
+    return x, [(j, j + half) for j in range(half)], [node, negated, low, high]
+
+
+def _rotate_every_two(node: Any) -> tuple[Any, list[tuple[int, int]], list[Node]] | None:
+    """``stack([-x[..., 1::2], x[..., ::2]], -1).flatten(-2)``: pairs (2j, 2j + 1)."""
+    if _name(node) not in ("flatten", "view", "reshape", "_unsafe_view"):
+        return None
+    stacked = node.args[0]
+    if _name(stacked) != "stack" or len(stacked.args[0]) != 2:
+        return None
+    negated, even = stacked.args[0]
+    if _name(negated) != "neg":
+        return None
+    odd = negated.args[0]
+    if _name(even) != "slice" or _name(odd) != "slice" or even.args[0] is not odd.args[0]:
+        return None
+    x = even.args[0]
+    width = (_shape(x) or (0,))[-1]
+    if _step(even) != 2 or _step(odd) != 2 or _start(even) != 0 or _start(odd) != 1:
+        return None
+    if _shape(node) != _shape(x):
+        return None
+    return x, [(2 * j, 2 * j + 1) for j in range(width // 2)], [node, stacked, negated, even, odd]
+
+
+def _start(node: Node) -> int:
+    return int(node.args[2]) if len(node.args) > 2 and node.args[2] is not None else 0
+
+
+def _step(node: Node) -> int:
+    return int(node.args[4]) if len(node.args) > 4 else 1
+
+
+def _bounds(node: Node, width: int) -> tuple[int, int]:
+    start = _start(node)
+    stop = node.args[3] if len(node.args) > 3 and node.args[3] is not None else width
+    stop = min(int(stop), width)
+    return (start + width if start < 0 else start), (stop + width if stop < 0 else stop)
+
+
+def _rotary_sum(node: Node) -> tuple[Any, list[tuple[int, int]], list[Node]] | None:
+    """``x * cos + rotate(x) * sin`` (either order): (x, pairs, inner nodes)."""
+    if _name(node) != "add" or not all(_name(a) == "mul" for a in _operands(node)):
+        return None
+    for plain, rotated in (_operands(node), _operands(node)[::-1]):
+        for r in _operands(rotated):
+            found = _rotate_half(r) or _rotate_every_two(r)
+            if found is None:
+                continue
+            x, pairs, inner = found
+            if x not in _operands(plain):
+                continue
+            nodes = [plain, rotated, *inner]
+            if all(_only_users(n, {node, *nodes}) for n in nodes):
+                return x, pairs, [*nodes]
+    return None
+
+
+def _rotary(node: Node, fusion: Fusion) -> None:
+    found = _rotary_sum(node)
+    if found is None:
+        return
+    x, pairs, inner = found
+    fused_at, source, rotated = node, x, (_shape(x) or (0,))[-1]
+    if len(node.users) == 1:  # partial rotary: cat([rotary(x[..., :r]), x[..., r:]], -1)
+        user = next(iter(node.users))
+        parts = user.args[0] if _name(user) == "cat" else ()
+        if len(parts) == 2 and parts[0] is node and _name(x) == "slice" == _name(parts[1]):
+            whole = x.args[0]
+            width = (_shape(whole) or (0,))[-1]
+            if (
+                parts[1].args[0] is whole
+                and _bounds(x, width) == (0, rotated)
+                and _bounds(parts[1], width) == (rotated, width)
+                and _only_users(x, {*inner}) and _only_users(parts[1], {user})
+            ):  # fmt: skip
+                fused_at, source = user, whole
+                inner = [*inner, node, x, parts[1]]
+    fusion.skipped.update(n.name for n in inner)
+    fusion.calls[fused_at.name] = Fused(
+        "rotary", [source], {"pairs": tuple(pairs), "rotated": rotated}
+    )
+
+
+# -- repeated key/value heads ----------------------------------------------------------------
+
+
+def _repeat_heads(node: Node, fusion: Fusion) -> None:
+    """``x.unsqueeze(u).expand(..., G, ...).reshape(...)`` merging axes u − 1 and u."""
+    if _name(node) not in ("reshape", "view", "_unsafe_view"):
+        return
+    expanded = node.args[0]
+    if _name(expanded) != "expand" or len(expanded.users) != 1:
+        return
+    unsqueezed = expanded.args[0]
+    if _name(unsqueezed) != "unsqueeze" or len(unsqueezed.users) != 1:
+        return
+    x = unsqueezed.args[0]
+    shape, big, out = _shape(x), _shape(expanded), _shape(node)
+    if shape is None or big is None or out is None:
+        return
+    u = int(unsqueezed.args[1]) % (len(shape) + 1)
+    if u == 0 or len(out) != len(shape):
+        return
+    repeat = big[u]
+    if list(out) != [*shape[: u - 1], shape[u - 1] * repeat, *shape[u:]]:
+        return
+    fusion.skipped.update((expanded.name, unsqueezed.name))
+    fusion.calls[node.name] = Fused("repeat_heads", [x], {"repeat": repeat, "axis": u - 1})
+
+
+_FINDERS = (_rms_norm, _rotary, _repeat_heads)
+
+
+def fuse(graph: torch.fx.Graph) -> Fusion:
+    """Every fusable subgraph of ``graph`` (see the module docstring)."""
+    fusion = Fusion()
+    for node in reversed(list(graph.nodes)):  # outermost first: a fused node's inputs stay
+        if node.op != "call_function" or node.name in fusion.skipped:
+            continue
+        for finder in _FINDERS:
+            if node.name not in fusion.calls:
+                finder(node, fusion)
+    return fusion
