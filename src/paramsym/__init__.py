@@ -119,6 +119,7 @@ from paramsym.errors import (
     ParamsymWarning,
     ShapeError,
     SymmetryVerificationWarning,
+    TrainingModeWarning,
     UnanalysedModuleWarning,
     UnsupportedModuleError,
 )
@@ -232,6 +233,7 @@ __all__ = [
     "TeleportResult",
     "Teleporter",
     "TraceEstimate",
+    "TrainingModeWarning",
     "UnanalysedModuleWarning",
     "UnsupportedModuleError",
     "WeightMatchingConfig",

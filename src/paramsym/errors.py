@@ -88,6 +88,12 @@ class SymmetryVerificationWarning(ParamsymWarning):
     ``ps.symmetries(..., verify=...)``); it is reported as approximate, with the measured change."""
 
 
+class TrainingModeWarning(ParamsymWarning):
+    """The model is in training mode with random layers (dropout): detection reads the
+    function of evaluation mode, where dropout is the identity; in training mode the symmetries
+    hold in distribution only (the masks do not move with the features)."""
+
+
 class ApproximateActionWarning(ParamsymWarning):
     """A data-dependent action was not exact on the given batch; the message gives the measured
     change of the layer's output."""

@@ -27,6 +27,7 @@ from paramsym.symmetry.relaxed import (
     OutputRotation,
     spectral_contrastive_loss,
 )
+from paramsym.symmetry.rotary import RotaryQueryKey
 from paramsym.symmetry.scaling import PositiveScaling
 from paramsym.symmetry.translation import SoftmaxTranslation
 
@@ -53,6 +54,7 @@ __all__ = [
     "QuadraticOrthogonal",
     "QueryKeyGL",
     "RBFPermutation",
+    "RotaryQueryKey",
     "SignFlip",
     "Slot",
     "SoftmaxTranslation",

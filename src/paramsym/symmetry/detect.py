@@ -33,9 +33,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.model_checks import ChainHazard, chain_hazards, require_module
+from paramsym.core.calls import call_arguments, call_notes
+from paramsym.core.model_checks import ChainHazard, chain_hazards, random_modules, require_module
 from paramsym.core.params import check_finite
-from paramsym.errors import InvalidArgumentError, UnanalysedModuleWarning, UnsupportedModuleError
+from paramsym.errors import (
+    InvalidArgumentError,
+    TrainingModeWarning,
+    UnanalysedModuleWarning,
+    UnsupportedModuleError,
+)
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.chain import chain_symmetries, flatten_sequential
 from paramsym.symmetry.verify import VERIFY_PARAMETER_LIMIT, verify_symmetries
@@ -186,16 +192,43 @@ def symmetries(
     """
     require_module(model, "symmetries")
     check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
+    _warn_training_mode(model)
     found, batch = _detect(model, example_input, strict, data_dependent, loss_fn)
     if batch is None and isinstance(model, nn.Sequential):
         batch = _linear_input(model)
     size = sum(p.numel() for p in model.parameters())
     if verify is None:
         verify = size <= VERIFY_PARAMETER_LIMIT
-    if verify and batch is not None:
+    if verify and batch is not None and not random_modules(model):  # else nothing to compare
         synthesized = batch is not example_input
         found = verify_symmetries(model, found, batch, synthesized=synthesized)
-    return found
+    notes = call_notes(model, example_input) if example_input is not None else []
+    return Symmetries(found, notes)
+
+
+class Symmetries(list[Symmetry]):
+    """The list :func:`symmetries` returns, with ``notes``: how the model was called to find
+    them (e.g. ``use_cache=False`` for a Hugging Face decoder, see
+    :mod:`paramsym.core.calls`)."""
+
+    def __init__(self, found: list[Symmetry] = (), notes: list[str] = ()) -> None:  # type: ignore[assignment]
+        super().__init__(found)
+        self.notes = tuple(notes)
+
+
+def _warn_training_mode(model: nn.Module) -> None:
+    random = random_modules(model)
+    if random:
+        listing = ", ".join(f"'{name}'" for name in random[:3])
+        more = f" and {len(random) - 3} more" if len(random) > 3 else ""
+        warnings.warn(
+            f"symmetries: {type(model).__name__} is in training mode with dropout {listing}{more}: "
+            "the symmetries are those of the evaluation-mode function (dropout the identity); "
+            "in training mode they hold in distribution only, and they are not verified "
+            "numerically (the forward is random). Call model.eval() first",
+            TrainingModeWarning,
+            stacklevel=3,
+        )
 
 
 def _detect(
@@ -287,6 +320,7 @@ def _from_graph(
     try:
         analysis = analyse(model, example_input, loss_fn)
     except TraceError as failure:
+        _check_runs(model, example_input)
         message = (
             f"symmetries: could not trace the forward of '{label}' ({failure.reason}); "
             "falling back to the module-by-module analysis, which sees nn.Sequential chains "
@@ -319,6 +353,22 @@ def _from_graph(
         chain.module(model, "", at_input=True, at_output=True)
         found += [s for s in chain.found if s.data_dependent]
     return found
+
+
+def _check_runs(model: nn.Module, example_input: Any) -> None:
+    """Raise naming the input when the forward itself rejects ``example_input`` (then the
+    failed trace says nothing about tracing)."""
+    args, kwargs = call_arguments(model, example_input)
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as error:  # the model's own error, whatever its type
+        given = list(kwargs) if kwargs else [type(a).__name__ for a in args]
+        raise InvalidArgumentError(
+            f"symmetries: the forward of '{type(model).__name__}' rejects example_input "
+            f"({given}): {type(error).__name__}: {str(error).strip()[:200]}; pass a batch the "
+            "model accepts"
+        ) from error
 
 
 def _report(model: nn.Module, unanalysed: list[str], strict: bool, *, traced: bool) -> None:

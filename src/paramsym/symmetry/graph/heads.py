@@ -61,7 +61,8 @@ class _Producers:
         self.facts = facts
         self.incoming: dict[int, list[Link]] = defaultdict(list)
         for link in facts.links:
-            self.incoming[link.b.space].append(link)
+            if not link.dual:  # a key against its query: no derivation
+                self.incoming[link.b.space].append(link)
 
     def sources(self, piece: Range, depth: int = 0) -> list[Range] | None:
         """The source ranges ``piece`` comes from, or None when part of it has none."""

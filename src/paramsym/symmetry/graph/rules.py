@@ -312,16 +312,43 @@ def convolution(walk: Walk, call: OpCall) -> Any:
     return TensorValue(out_shape, {channel: out})
 
 
-@rule("embedding")
+@rule("embedding", "index", "index_select")
 def embedding(walk: Walk, call: OpCall) -> Any:
-    """An embedding table (num, dim): its columns produce the output features."""
-    weight = call.args[0]
+    """An embedding table (num, dim): its columns produce the output features. Rows gathered
+    by integer indices (``table[idx]``, ``table.index_select(0, idx)``: Swin's relative
+    position bias table) are the same lookup."""
+    if call.op == "embedding":
+        weight = call.args[0]
+    else:
+        weight = _gathered_table(call)
+        if weight is None:
+            return walk.fallback(call)
     if not isinstance(weight, ParamValue) or weight.ndim != 2 or weight.original(1) is None:
         return walk.fallback(call)
     out = walk.facts.new_space(weight.shape[1], call.module, ALL_FAMILIES)
     walk.facts.attach(out, weight.name, weight.original(1) or 0, Law.VECTOR)
     shape = tuple(call.shape)
     return TensorValue(shape, {len(shape) - 1: out})
+
+
+def _gathered_table(call: OpCall) -> ParamValue | None:
+    """The 2-D parameter whose rows ``index``/``index_select`` gathers, or None."""
+    table = call.args[0]
+    if not isinstance(table, ParamValue) or table.ndim != 2:
+        return None
+    if call.op == "index_select":
+        indices = call.args[2]
+        if int(call.args[1]) % 2 != 0:
+            return None
+    else:
+        given = call.args[1]
+        if not isinstance(given, (list, tuple)) or len(given) != 1:
+            return None
+        indices = given[0]
+    fixed = isinstance(indices, ParamValue) and indices.buffer  # an index buffer
+    if not fixed and (not isinstance(indices, TensorValue) or indices.axes):
+        return None
+    return table
 
 
 # -- normalisation -------------------------------------------------------------------------

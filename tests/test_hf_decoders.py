@@ -1,0 +1,198 @@
+"""Symmetries of Hugging Face decoders (and encoders) as users hand them over (issue 28).
+
+Models from small configs with their default settings (``use_cache=True``, default attention
+kernel; :mod:`hf_models`), float64, called with a dict. Every exact symmetry is checked by an
+oracle independent of detection: three non-identity elements act on the weights and the
+output may change by rounding only. The groups that are not symmetries are planted by hand
+and must fail the same check.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import paramsym as ps
+from paramsym.core.calls import CACHE_NOTE
+from paramsym.symmetry import HeadPermutation, QueryKeyGL, RotaryQueryKey, Symmetry
+from paramsym.symmetry.base import Slot
+from paramsym.teleportation import TeleportDriftWarning
+
+transformers = pytest.importorskip("transformers")
+
+from hf_models import KINDS, build, example_input, first_output, state_of  # noqa: E402
+
+EXPECTED = {  # exact symmetries found: (class, Lie-algebra dimension) -> how many
+    "llama": {("HeadPermutation", 0): 3, ("NeuronPermutation", 0): 3, ("PositiveScaling", 32): 2,
+              ("PositiveScaling", 48): 1, ("RotaryQueryKey", 8): 2, ("SignFlip", 0): 3,
+              ("ValueOutputGL", 64): 2},
+    "gemma": {("HeadPermutation", 0): 3, ("NeuronPermutation", 0): 3, ("PositiveScaling", 48): 1,
+              ("RotaryQueryKey", 8): 2, ("SignFlip", 0): 3, ("ValueOutputGL", 64): 2},
+    "phi": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 1,
+            ("QueryKeyGL", 16): 4, ("RotaryQueryKey", 4): 4, ("SignFlip", 0): 8,
+            ("ValueOutputGL", 64): 4},
+    "gpt2": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2,
+             ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8, ("ValueOutputGL", 64): 4},
+    "gpt2-lm": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 10,
+                ("PositiveScaling", 32): 2, ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8,
+                ("ValueOutputGL", 64): 4},
+    "opt": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2,
+            ("PositiveScaling", 48): 1, ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8,
+            ("ValueOutputGL", 64): 4},
+    "bloom": {("NeuronPermutation", 0): 1, ("PositiveScaling", 32): 2},
+    "t5": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2,
+           ("PositiveScaling", 48): 1, ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8,
+           ("ValueOutputGL", 64): 4},
+    "swin": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 16): 1,
+             ("QueryKeyGL", 16): 4, ("SignFlip", 0): 8, ("ValueOutputGL", 16): 4},
+}  # fmt: skip
+EXPECTED["mistral"] = EXPECTED["qwen2"] = EXPECTED["llama"]
+TAKES_CACHE = set(KINDS) - {"swin"}  # T5EncoderModel takes use_cache through its config too
+
+
+def _change(model: torch.nn.Module, symmetry: Symmetry, x: dict, draws: int = 3) -> float:
+    """Largest relative output change over ``draws`` non-identity elements (the oracle)."""
+    state = state_of(model)
+    reference = first_output(model, state, x)
+    worst = 0.0
+    for seed in range(draws):
+        generator = torch.Generator().manual_seed(seed)
+        g = symmetry.sample(scale=0.5, generator=generator, dtype=torch.float64)
+        if symmetry.discrete:
+            while torch.equal(g, symmetry.identity(dtype=g.dtype)):
+                g = symmetry.sample(generator=generator, dtype=torch.float64)
+        moved = first_output(model, symmetry.act(state, g), x)
+        worst = max(worst, float((moved - reference).norm() / reference.norm()))
+    return worst
+
+
+def _detect(kind: str) -> tuple[torch.nn.Module, dict, list[Symmetry]]:
+    model, x = build(kind), example_input(kind)
+    if kind == "gemma":  # its norms multiply by (1 + weight): an affine use, not analysed
+        with pytest.warns(ps.UnanalysedModuleWarning, match="input_layernorm.weight"):
+            return model, x, ps.symmetries(model, example_input=x)
+    return model, x, ps.symmetries(model, example_input=x)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_groups_found_and_exact(kind: str) -> None:
+    model, x, found = _detect(kind)
+    counts: dict[tuple[str, int], int] = {}
+    for s in found:
+        if s.exact:
+            key = (type(s).__name__, s.dim)
+            counts[key] = counts.get(key, 0) + 1
+    assert counts == EXPECTED[kind]
+    assert (CACHE_NOTE in found.notes) == (kind in TAKES_CACHE)
+    exact = [s for s in found if s.exact]
+    changes = {s.name: _change(model, s, x) for s in exact}
+    assert max(changes.values()) < 1e-10, changes
+
+
+def _llama_qk(found: list[Symmetry]) -> RotaryQueryKey:
+    return next(s for s in found if isinstance(s, RotaryQueryKey))
+
+
+def test_rotary_pairing_is_read_from_rotate_half() -> None:
+    model, x = build("llama"), example_input("llama")
+    qk = _llama_qk(ps.symmetries(model, example_input=x))
+    assert qk.pairs == tuple((j, j + 4) for j in range(4))  # head_dim 8: j with j + d/2
+    names = {s.name for s in qk.slots}
+    assert names == {"layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight"}
+    # the planted wrong pairing (adjacent coordinates) and a general GL break the model
+    adjacent = RotaryQueryKey(8, [(0, 1), (2, 3), (4, 5), (6, 7)], qk.slots[:2], qk.slots[2:])
+    adjacent.slots = qk.slots
+    assert _change(model, adjacent, x) > 1e-3
+    general = QueryKeyGL(8, [s for s in qk.slots if s.power > 0],
+                         [s for s in qk.slots if s.power < 0])  # fmt: skip
+    assert _change(model, general, x) > 1e-3
+
+
+def test_grouped_query_attention_shares_one_map_per_key_head() -> None:
+    model, x = build("llama"), example_input("llama")
+    found = ps.symmetries(model, example_input=x)
+    qk = _llama_qk(found)
+    queries = [s for s in qk.slots if s.power > 0]
+    assert [(s.offset, qk.width) for s in queries] == [(0, 8), (8, 8)]  # query heads 0 and 1
+    # one map per query head (query head 0 only, its key head unchanged for head 1) breaks it
+    alone = RotaryQueryKey(8, qk.pairs, queries[:1], [s for s in qk.slots if s.power < 0])
+    assert _change(model, alone, x) > 1e-3
+    heads = [s for s in found if isinstance(s, HeadPermutation)]
+    assert sorted(s.name for s in heads) == [
+        "head_permutation[layers.0.self_attn.kv_head0]",
+        "head_permutation[layers.0.self_attn.kv_head1]",
+        "head_permutation[layers.0.self_attn]",
+    ]
+    groups = next(s for s in heads if s.name.endswith("self_attn]"))
+    assert groups.width == 2  # whole key/value groups with their two query heads each
+    # a query head moved to the other group breaks the model
+    q_rows = Slot("layers.0.self_attn.q_proj.weight", 0, 1.0, 8, 8)
+    o_cols = Slot("layers.0.self_attn.o_proj.weight", 1, 1.0, 8, 8)
+    across = HeadPermutation(2, [q_rows, o_cols], (), site="across")  # query heads 1 and 2
+    assert _change(model, across, x, draws=1) > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("kind", "table"),
+    [
+        ("t5", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+        ("swin", "relative_position_bias_table"),
+    ],
+)
+def test_head_permutations_move_position_bias_tables(kind: str, table: str) -> None:
+    model, x = build(kind), example_input(kind)
+    found = ps.symmetries(model, example_input=x)
+    (heads,) = [s for s in found if isinstance(s, HeadPermutation)]
+    assert any(table in s.name for s in heads.slots)
+    assert _change(model, heads, x) < 1e-10
+    planted = HeadPermutation(heads.width, [s for s in heads.slots if table not in s.name], ())
+    assert _change(model, planted, x) > 1e-3
+
+
+def test_bloom_alibi_slopes_forbid_head_permutations() -> None:
+    _, _, found = _detect("bloom")
+    assert not any(isinstance(s, HeadPermutation) for s in found)
+
+
+def test_float32_and_batch_encoding() -> None:
+    model, x = build("llama", torch.float32), example_input("llama")
+    encoding = transformers.BatchEncoding({**x, "attention_mask": torch.ones_like(x["input_ids"])})
+    found = ps.symmetries(model, example_input=encoding)
+    assert sum(isinstance(s, RotaryQueryKey) for s in found) == 2
+    state = state_of(model)
+    reference = first_output(model, state, encoding)
+    for s in [s for s in found if s.exact]:
+        g = s.sample(scale=0.5, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+        moved = first_output(model, s.act(state, g), encoding)
+        assert float((moved - reference).norm() / reference.norm()) < 1e-5, s.name
+
+
+def test_bad_input_and_training_mode() -> None:
+    model = build("llama")
+    with pytest.raises(ps.InvalidArgumentError, match="rejects example_input"):
+        ps.symmetries(model, example_input={"input_idz": torch.zeros(2, 8, dtype=torch.long)})
+    gpt2 = build("gpt2").train()
+    with pytest.warns(ps.TrainingModeWarning, match="training mode with dropout"):
+        found = ps.symmetries(gpt2, example_input=example_input("gpt2"))
+    assert found  # found on the evaluation-mode function, not an empty list
+
+
+def test_analyses_take_the_same_model_and_input() -> None:
+    model, x = build("llama"), example_input("llama")
+    found = ps.symmetries(model, example_input=x)
+    continuous = [s for s in found if s.exact and not s.discrete]
+    target = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+    def loss(output: object, y: torch.Tensor) -> torch.Tensor:
+        return ((output.last_hidden_state - y) ** 2).mean()  # type: ignore[attr-defined]
+
+    qk = _llama_qk(found)
+    assert ps.orbit_dimension(model, qk, x=x) == qk.dim
+    assert ps.conserved_quantities(model, qk).shape == (qk.dim,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TeleportDriftWarning)
+        result = ps.teleport(model, loss, (x, target), symmetries=continuous)
+    assert result.grad_norm_after > result.grad_norm_before
+    assert abs(result.loss_after - result.loss_before) < 1e-8 * result.loss_before
