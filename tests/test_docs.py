@@ -87,7 +87,15 @@ def check_ten_lines(outputs):
 
 
 def check_catalogue(outputs):
-    data_dependent, graph = outputs
+    data_dependent, graph, decoders = outputs
+    assert decoders[0] == "called with use_cache=False: t"
+    assert decoders[1] == (
+        "attention_QK_rotary[layers.0.self_attn.kv_head0] (C*)^4 8 ((0, 4), (1, 5))"
+    )
+    assert decoders[2] == (
+        "['head_permutation[layers.0.self_attn.kv_head0]', "
+        "'head_permutation[layers.0.self_attn.kv_head1]', 'head_permutation[layers.0.self_attn]']"
+    )
     exact, rank, change = data_dependent[0].split()
     assert (exact, rank) == ("False", "16")
     assert float(change) > 0

@@ -196,3 +196,63 @@ def test_analyses_take_the_same_model_and_input() -> None:
         result = ps.teleport(model, loss, (x, target), symmetries=continuous)
     assert result.grad_norm_after > result.grad_norm_before
     assert abs(result.loss_after - result.loss_before) < 1e-8 * result.loss_before
+
+
+class HandWrittenAttention(torch.nn.Module):
+    """Self-attention written by hand, as in many research codebases: no fused kernel."""
+
+    def __init__(self, width: int = 8, heads: int = 2, d_k: int = 4, causal: bool = True) -> None:
+        super().__init__()
+        self.heads, self.d_k, self.causal = heads, d_k, causal
+        self.q = torch.nn.Linear(width, heads * d_k)
+        self.k = torch.nn.Linear(width, heads * d_k)
+        self.v = torch.nn.Linear(width, heads * d_k)
+        self.o = torch.nn.Linear(heads * d_k, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            if self.heads == 1:
+                return y
+            return y.view(b, t, self.heads, self.d_k).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        scores = q @ k.transpose(-2, -1) / self.d_k**0.5
+        if self.causal:
+            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        if self.heads > 1:
+            out = out.transpose(1, 2).reshape(b, t, -1)
+        return self.o(out)
+
+
+@pytest.mark.parametrize(
+    ("heads", "d_k", "causal"), [(2, 4, True), (2, 4, False), (1, 8, True), (1, 1, False)]
+)
+def test_attention_written_by_hand_gets_the_groups_of_sdpa(heads, d_k, causal) -> None:
+    torch.manual_seed(0)
+    model = HandWrittenAttention(heads=heads, d_k=d_k, causal=causal).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    found = ps.symmetries(model, example_input=x)
+    kinds = sorted(type(s).__name__ for s in found if s.exact and not s.discrete)
+    assert kinds == ["QueryKeyGL"] * heads + ["ValueOutputGL"] * heads
+    assert all(s.dim == d_k * d_k for s in found if isinstance(s, QueryKeyGL))
+    assert sum(isinstance(s, HeadPermutation) for s in found) == (heads > 1)
+    reference = model(x)
+    for s in found:
+        g = s.sample(scale=0.5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        moved = ps.functional_call(model, s.act(ps.params_of(model), g), x)
+        assert torch.allclose(moved, reference, atol=1e-12), s.name
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "phi"])
+def test_eager_attention_kernel_gets_the_groups_of_sdpa(kind: str) -> None:
+    model, x = build(kind), example_input(kind)
+    model.set_attn_implementation("eager")
+    counts: dict[tuple[str, int], int] = {}
+    for s in ps.symmetries(model, example_input=x):
+        if s.exact:
+            counts[(type(s).__name__, s.dim)] = counts.get((type(s).__name__, s.dim), 0) + 1
+    assert counts == EXPECTED[kind]

@@ -192,14 +192,16 @@ def symmetries(
     """
     require_module(model, "symmetries")
     check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
-    _warn_training_mode(model)
+    random = random_modules(model) if example_input is not None else []
+    if random:
+        _warn_training_mode(model, random)
     found, batch = _detect(model, example_input, strict, data_dependent, loss_fn)
     if batch is None and isinstance(model, nn.Sequential):
         batch = _linear_input(model)
     size = sum(p.numel() for p in model.parameters())
     if verify is None:
         verify = size <= VERIFY_PARAMETER_LIMIT
-    if verify and batch is not None and not random_modules(model):  # else nothing to compare
+    if verify and batch is not None and not random:  # a random forward: nothing to compare
         synthesized = batch is not example_input
         found = verify_symmetries(model, found, batch, synthesized=synthesized)
     notes = call_notes(model, example_input) if example_input is not None else []
@@ -216,19 +218,19 @@ class Symmetries(list[Symmetry]):
         self.notes = tuple(notes)
 
 
-def _warn_training_mode(model: nn.Module) -> None:
-    random = random_modules(model)
-    if random:
-        listing = ", ".join(f"'{name}'" for name in random[:3])
-        more = f" and {len(random) - 3} more" if len(random) > 3 else ""
-        warnings.warn(
-            f"symmetries: {type(model).__name__} is in training mode with dropout {listing}{more}: "
-            "the symmetries are those of the evaluation-mode function (dropout the identity); "
-            "in training mode they hold in distribution only, and they are not verified "
-            "numerically (the forward is random). Call model.eval() first",
-            TrainingModeWarning,
-            stacklevel=3,
-        )
+def _warn_training_mode(model: nn.Module, random: list[str]) -> None:
+    """Detection on a traced forward with dropout in training mode (the chain analysis of an
+    ``nn.Sequential`` without input notes it on each symmetry instead)."""
+    listing = ", ".join(f"'{name}'" for name in random[:3])
+    more = f" and {len(random) - 3} more" if len(random) > 3 else ""
+    warnings.warn(
+        f"symmetries: {type(model).__name__} is in training mode with dropout {listing}{more}: "
+        "the symmetries are those of the evaluation-mode function (dropout the identity); "
+        "in training mode they hold in distribution only, and they are not verified "
+        "numerically (the forward is random). Call model.eval() first",
+        TrainingModeWarning,
+        stacklevel=3,
+    )
 
 
 def _detect(

@@ -99,27 +99,43 @@ def _scores_bias(walk: Walk, call: OpCall, mask: Any, heads: int) -> tuple[Membe
     return bias, ""
 
 
-@rule("scaled_dot_product_attention", heads=True)
+@rule("scaled_dot_product_attention", "attention", heads=True)
 def scaled_dot_product_attention(walk: Walk, call: OpCall) -> Any:
+    """``scaled_dot_product_attention(q, k, v, attn_mask)``, and attention written by hand
+    (``attention(q, k, v, masks, key_axis=…)`` from :mod:`.patterns`; ``key_axis=-2`` when the
+    model hands over the keys transposed)."""
     q, k, v = call.args[0], call.args[1], call.args[2]
     out_shape = tuple(call.shape)
-    parts = [_heads_member(t, -1) for t in (q, k, v)]
+    key_axis = int(call.kwargs.get("key_axis", -1))
+    parts = [_attention_member(t, axis) for t, axis in ((q, -1), (k, key_axis), (v, -1))]
     if any(p is None for p in parts):
-        reason = f"{call.where}: queries, keys and values must be split into heads"
+        reason = f"{call.where}: queries, keys and values must be feature tensors"
         walk.block_all([q, k, v], reason)
         return TensorValue(out_shape)
     (qm, q_head), (km, k_head), (vm, v_head) = parts  # type: ignore[misc]
     gqa = bool(call.kwargs.get("enable_gqa", False))
-    return attend(walk, call, (qm, km, vm), (q_head, k_head, v_head), call.arg(3, "attn_mask"),
-                  out_shape, gqa=gqa)  # fmt: skip
+    masks = call.args[3] if call.op == "attention" else [call.arg(3, "attn_mask")]
+    return attend(walk, call, (qm, km, vm), (q_head, k_head, v_head), masks, out_shape, gqa=gqa)
+
+
+def _attention_member(value: Any, axis: int) -> tuple[Member, int | None] | None:
+    """The feature member on ``axis`` of ``value`` and its head axis (None: one head)."""
+    found = _heads_member(value, axis)
+    if found is not None:
+        return found
+    if not isinstance(value, TensorValue) or value.member(axis) is None:
+        return None
+    member = value.member(axis)
+    assert member is not None
+    return (member, None) if member.heads == 1 else None
 
 
 def attend(
     walk: Walk,
     call: OpCall,
     members: tuple[Member, Member, Member],
-    head_axes: tuple[int, int, int],
-    mask: Any,
+    head_axes: tuple[int | None, int | None, int | None],
+    masks: list[Any],
     out_shape: tuple[int, ...],
     *,
     gqa: bool = False,
@@ -138,7 +154,13 @@ def attend(
         walk.facts.block(vm, ALL_FAMILIES, f"{call.where}: heads do not line up")
         return TensorValue(out_shape)
     group = int(groups[0] or 1)
-    bias, fixed = _scores_bias(walk, call, mask, heads)
+    bias, fixed = None, ""
+    for mask in masks:
+        found, why = _scores_bias(walk, call, mask, heads)
+        fixed = fixed or why
+        if found is not None and bias is not None:
+            fixed = fixed or f"{call.where} adds two per-head biases to the scores"
+        bias = bias or found
     # queries against keys: contragredient in every family (q·k unchanged)
     for i in range(heads):
         facts.link(_head(qm, i), _head(km, i // group), ALL_FAMILIES, dual=True)
@@ -149,7 +171,8 @@ def attend(
         facts.link(_head(vm, i // group), _head(out, i), ALL_FAMILIES)
     facts.attention.append(Attention(call.module, qm, km, vm, out, group, bias, fixed))
     axis = len(out_shape) - 1
-    return TensorValue(out_shape, {axis: out}, {axis: head_axes[0]})
+    head = head_axes[0]
+    return TensorValue(out_shape, {axis: out}, {axis: head} if head is not None else {})
 
 
 def _group(query: Member, other: Member, gqa: bool) -> int | None:

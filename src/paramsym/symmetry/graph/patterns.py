@@ -12,10 +12,13 @@ with its own rule:
   read off the slices, the negation and the concatenation of ``rotate_half`` (j with j + r/2,
   Hugging Face's layout) or of the interleaved form (2j with 2j + 1, the original RoPE code),
   and the first ``r`` coordinates rotated (``partial_rotary_factor``), the rest passed through;
-* ``repeat_heads(k, repeat=G)``: each key/value head serves G consecutive query heads.
+* ``repeat_heads(k, repeat=G)``: each key/value head serves G consecutive query heads;
+* ``attention(q, k, v, masks)``: attention written by hand, ``softmax(q @ kᵀ · s + mask) @ v``
+  with casts, dropout and masking (``add``, ``masked_fill``, ``where``) in between, read as
+  ``scaled_dot_product_attention`` is.
 
 A subgraph is fused only where its inner nodes are used by nothing outside it, so the walk
-loses nothing by skipping them. What is not fused is walked op by op, as before.
+loses nothing by skipping them. What is not fused is walked op by op.
 
 Fusion reads the graph's structure, not its values: that ``cos`` and ``sin`` hold one
 frequency per rotated pair (as every RoPE implementation builds them) is not checked here,
@@ -296,7 +299,102 @@ def _repeat_heads(node: Node, fusion: Fusion) -> None:
     fusion.calls[node.name] = Fused("repeat_heads", [x], {"repeat": repeat, "axis": u - 1})
 
 
-_FINDERS = (_rms_norm, _rotary, _repeat_heads)
+# -- attention written by hand ---------------------------------------------------------------
+
+_PROBABILITIES = frozenset({*_CASTS, "dropout", "alpha_dropout", "feature_dropout"})
+_MATMUL = frozenset({"matmul", "bmm"})
+
+
+def _swaps_last_two(node: Any) -> bool:
+    """``k.transpose(-2, -1)``, ``k.mT``, ``k.permute(…, n − 1, n − 2)``."""
+    shape = _shape(node.args[0]) if _name(node) else None
+    if shape is None or len(shape) < 2:
+        return False
+    n = len(shape)
+    if _name(node) in ("transpose", "swapaxes"):
+        return {int(node.args[1]) % n, int(node.args[2]) % n} == {n - 2, n - 1}
+    if _name(node) == "permute":
+        order = [int(d) % n for d in node.args[1]]
+        return order == [*range(n - 2), n - 1, n - 2]
+    return _name(node) in ("mT", "t") and n == 2
+
+
+def _reaches_matmul(node: Any, depth: int = 8) -> bool:
+    """Whether ``node`` is a matmul seen through scaling, masking and casts."""
+    for _ in range(depth):
+        name = _name(node)
+        if name in _MATMUL:
+            return True
+        if name not in (*_CASTS, "mul", "div", "add", "masked_fill", "where"):
+            return False
+        node = node.args[1] if name == "where" else node.args[0]
+        if name == "add" and not _reaches_matmul(node, depth - 1):
+            return False
+    return False
+
+
+def _scores(node: Any, chain: list[Node], masks: list[Any]) -> Any:
+    """Walk back from softmax's input through scaling, masking and casts to the scores'
+    matmul; collect the masks; return the matmul node (or None)."""
+    while True:
+        chain.append(node)
+        name = _name(node)
+        if name in _MATMUL:
+            return node
+        if name in _CASTS:
+            node = node.args[0]
+        elif name in ("mul", "div") and isinstance(node.args[1], (int, float, Node)):
+            other = node.args[1]
+            if isinstance(other, Node) and _shape(other) not in ((), None):
+                return None  # a per-entry factor, not a scale
+            node = node.args[0]
+        elif name == "add" and len(node.args) == 2:
+            a, b = node.args
+            inner = a if _reaches_matmul(a) else b
+            masks.append(b if inner is a else a)
+            node = inner
+        elif name == "masked_fill":
+            masks.append(node.args[1])
+            node = node.args[0]
+        elif name == "where" and len(node.args) == 3 and isinstance(node.args[1], Node):
+            masks.append(node.args[0])
+            node = node.args[1]
+        else:
+            return None
+
+
+def _attention(node: Node, fusion: Fusion) -> None:
+    """``softmax(q @ kᵀ · s + mask) @ v`` (casts, dropout, masking) as one attention op."""
+    if _name(node) not in _MATMUL:
+        return
+    probabilities, v = node.args[0], node.args[1]
+    chain: list[Node] = []
+    while _name(probabilities) in _PROBABILITIES:
+        chain.append(probabilities)
+        probabilities = probabilities.args[0]
+    if _name(probabilities) not in ("softmax", "_softmax"):
+        return
+    ndim = len(_shape(probabilities) or ())
+    if _axis(probabilities, probabilities.args[1]) != ndim - 1:
+        return
+    chain.append(probabilities)
+    masks: list[Any] = []
+    scores = _scores(probabilities.args[0], chain, masks)
+    if scores is None:
+        return
+    q, k_t = scores.args[0], scores.args[1]
+    key_axis = -2
+    k = k_t
+    if _swaps_last_two(k_t) and len(k_t.users) == 1:
+        k, key_axis = k_t.args[0], -1
+        chain.append(k_t)
+    if not all(_only_users(n, {node, *chain}) for n in chain):
+        return
+    fusion.skipped.update(n.name for n in chain)
+    fusion.calls[node.name] = Fused("attention", [q, k, v, masks], {"key_axis": key_axis})
+
+
+_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention)
 
 
 def fuse(graph: torch.fx.Graph) -> Fusion:
