@@ -16,10 +16,12 @@ import torch
 
 import paramsym as ps
 from paramsym.core.calls import CACHE_NOTE
+
 from paramsym.symmetry import HeadPermutation, QueryKeyGL, RotaryQueryKey, Symmetry
 from paramsym.symmetry.base import Slot
 from paramsym.teleportation import TeleportDriftWarning
 
+F64 = torch.float64
 transformers = pytest.importorskip("transformers")
 
 from hf_models import KINDS, build, example_input, first_output, state_of  # noqa: E402
@@ -49,6 +51,11 @@ EXPECTED = {  # exact symmetries found: (class, Lie-algebra dimension) -> how ma
              ("QueryKeyGL", 16): 4, ("SignFlip", 0): 8, ("ValueOutputGL", 16): 4},
 }  # fmt: skip
 EXPECTED["mistral"] = EXPECTED["qwen2"] = EXPECTED["llama"]
+TRANSLATIONS = {  # streams only LayerNorms read: every write may add t·1 (notes 005 §4)
+    "phi": [146], "gpt2": [290], "gpt2-lm": [226], "opt": [212], "bloom": [64, 162],
+}  # fmt: skip
+for _kind, _dims in TRANSLATIONS.items():  # GPT-2: wte 64 + wpe 64 + (32 + 1) + (128 + 1)
+    EXPECTED[_kind].update({("StreamTranslation", d): 1 for d in _dims})
 TAKES_CACHE = set(KINDS) - {"swin"}  # T5EncoderModel takes use_cache through its config too
 
 
@@ -256,3 +263,19 @@ def test_eager_attention_kernel_gets_the_groups_of_sdpa(kind: str) -> None:
         if s.exact:
             counts[(type(s).__name__, s.dim)] = counts.get((type(s).__name__, s.dim), 0) + 1
     assert counts == EXPECTED[kind]
+
+
+def test_stream_translation_tangent_matches_the_action_and_ties_are_left_out() -> None:
+    model, x = build("gpt2-lm"), example_input("gpt2-lm")
+    (translation,) = [s for s in ps.symmetries(model, example_input=x) if s.dim and s.affine
+                      and s.name.startswith("mean_translation")]  # fmt: skip
+    names = translation.parameter_names
+    assert "transformer.wte.weight" not in names  # tied to the logits: translation would show
+    assert {"transformer.wpe.weight", "transformer.h.0.mlp.c_proj.bias"} <= set(names)
+    params = ps.params_of(model)
+    xi = torch.randn(translation.dim, generator=torch.Generator().manual_seed(0), dtype=F64)
+    closed = translation.tangent(params, xi)
+    generic = Symmetry.tangent(translation, params, xi)  # forward-mode AD through act
+    assert all(torch.allclose(closed[k], generic[k], atol=1e-14) for k in params)
+    moved = translation.act(params, translation.exp(xi))
+    assert all(torch.allclose(moved[k] - params[k], closed[k], atol=1e-14) for k in params)

@@ -22,7 +22,12 @@ import torch
 from torch import Tensor
 
 from paramsym.core.params import Params, check_finite
-from paramsym.errors import InvalidGroupElementError, MissingParameterError, ShapeError
+from paramsym.errors import (
+    InvalidArgumentError,
+    InvalidGroupElementError,
+    MissingParameterError,
+    ShapeError,
+)
 from paramsym.symmetry.base import GroupElement, Preserves, Region, Symmetry
 
 
@@ -139,3 +144,104 @@ class SoftmaxTranslation(Symmetry):
         xi = self.check_xi(xi)
         self._check_params(params)
         return self._shifted(params, xi, {k: torch.zeros_like(t) for k, t in params.items()})
+
+
+class StreamTranslation(Symmetry):
+    """Translations of a residual stream along the all-ones direction that every reader removes
+    (notes 005 §4): where every reader of a stream is a mean-subtracting norm (LayerNorm), any
+    write into it may add a multiple of 1 per input coordinate, ``LN(x + t·1) = LN(x)``
+    exactly (eps included).
+
+    Args:
+        writers: ``(parameter, feature axis)`` of each parameter that writes into the stream:
+            a linear map's weight (out, in) with feature axis 0 takes ``W + 1 uᵀ`` (u ∈ ℝ^in:
+            adds ``uᵀx`` to every feature), a Hugging Face ``Conv1D`` weight (in, out) or an
+            embedding table (num, d) with feature axis 1 takes ``W + u 1ᵀ``, a bias (axis 0)
+            takes ``b + t·1``.
+        sizes: for each writer, the length of its translation vector (the size of the other
+            axis, 1 for a bias).
+        site: label used in the name.
+
+    Group (ℝ^dim, +) with dim = Σ sizes; elements are vectors, split in writer order. The action
+    is affine and its tangent does not depend on θ.
+    """
+
+    def __init__(
+        self, writers: list[tuple[str, int]], sizes: list[int], *, site: str = "stream"
+    ) -> None:
+        if len(writers) != len(sizes) or not writers:
+            raise InvalidArgumentError("StreamTranslation: one size per writer, at least one")
+        dim = int(sum(sizes))
+        super().__init__(
+            name=f"mean_translation[{site}]", group=f"R^{dim}", dim=dim, linear=False, affine=True
+        )
+        self.writers = [(str(n), int(a)) for n, a in writers]
+        self.sizes = [int(s) for s in sizes]
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for name, _ in self.writers))
+
+    @property
+    def touched_regions(self) -> frozenset[Region]:
+        return frozenset((name, axis, 0, None) for name, axis in self.writers)
+
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.zeros(self.dim, dtype=dtype)
+
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
+    ) -> Tensor:
+        """A translation with i.i.d. N(0, scale²) entries."""
+        return scale * torch.randn(self.dim, generator=generator, dtype=dtype)
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return self.check_xi(xi)
+
+    def linear_element(self, xi: Tensor) -> Tensor:
+        return self.check_xi(xi)
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        return self.check_element(g1) + self.check_element(g2)
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return -self.check_element(g)
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        g = self._element_tensor(g, (self.dim,), "a translation vector")
+        if not bool(torch.isfinite(g).all()):
+            raise InvalidGroupElementError(f"{self.name}: the translation has NaN or inf entries")
+        return g
+
+    def _shifts(self, params: Mapping[str, Tensor], v: Tensor) -> dict[str, Tensor]:
+        """Each writer's change under the translation vector ``v``."""
+        shifts: dict[str, Tensor] = {}
+        offset = 0
+        for (name, axis), size in zip(self.writers, self.sizes, strict=True):
+            if name not in params:
+                raise MissingParameterError(
+                    f"{self.name} acts on parameter '{name}', which is not in params"
+                )
+            t = params[name]
+            part = v[offset : offset + size].to(dtype=t.dtype, device=t.device)
+            offset += size
+            if t.ndim == 1:
+                shift = part.expand(t.shape)
+            elif t.ndim == 2 and t.shape[1 - axis] == size:
+                shift = part.unsqueeze(axis).expand(t.shape)
+            else:
+                raise ShapeError(
+                    f"{self.name}: parameter '{name}' has shape {tuple(t.shape)}, expected "
+                    f"{size} entries off its feature axis {axis}"
+                )
+            shifts[name] = shifts[name] + shift if name in shifts else shift
+        return shifts
+
+    def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
+        shifts = self._shifts(params, self.check_element(g))
+        check_finite(((n, params[n]) for n in shifts), self.name)
+        return {k: t + shifts[k] if k in shifts else t for k, t in params.items()}
+
+    def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
+        shifts = self._shifts(params, self.check_xi(xi))
+        return {k: shifts[k] if k in shifts else torch.zeros_like(t) for k, t in params.items()}

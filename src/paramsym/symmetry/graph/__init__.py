@@ -30,6 +30,7 @@ from paramsym.symmetry.graph.attention_rules import attention_role, rotary_pairs
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.heads import head_permutations
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
+from paramsym.symmetry.graph.streams import mean_translations
 from paramsym.symmetry.graph.trace import TRACERS, TracedGraph, TraceError, trace_forward
 from paramsym.symmetry.graph.values import TensorValue
 from paramsym.symmetry.graph.walk import Walk, run
@@ -182,7 +183,8 @@ def analyse(
     :class:`TraceError` when the forward cannot be traced)."""
     traced: TracedGraph = _quiet_trace(model, example_input, tracers)
     walk = run(traced)
-    found = symmetries_of(walk) + _translation(walk, loss_fn)
+    found = symmetries_of(walk) + mean_translations(traced, walk.facts.unexplained)
+    found += _translation(walk, loss_fn)
     return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk)
 
 
