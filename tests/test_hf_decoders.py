@@ -16,7 +16,6 @@ import torch
 
 import paramsym as ps
 from paramsym.core.calls import CACHE_NOTE
-
 from paramsym.symmetry import HeadPermutation, QueryKeyGL, RotaryQueryKey, Symmetry
 from paramsym.symmetry.base import Slot
 from paramsym.teleportation import TeleportDriftWarning
