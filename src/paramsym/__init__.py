@@ -125,6 +125,8 @@ from paramsym.errors import (
 )
 from paramsym.nn import NTKLinear, mlp
 from paramsym.symmetry import (
+    FoldedNorm,
+    FoldReport,
     HiddenGL,
     HiddenOrthogonal,
     InverseActivationGL,
@@ -137,6 +139,7 @@ from paramsym.symmetry import (
     Slot,
     SoftmaxTranslation,
     Symmetry,
+    fold_norms,
     register_block,
     symmetries,
 )
@@ -189,6 +192,8 @@ __all__ = [
     "FactorTracker",
     "Factors",
     "FixedPointError",
+    "FoldReport",
+    "FoldedNorm",
     "GroupEnsemble",
     "HessianOperator",
     "HiddenGL",
@@ -260,6 +265,7 @@ __all__ = [
     "fgsm",
     "flat_minimum",
     "flatten",
+    "fold_norms",
     "functional_call",
     "functional_dimension",
     "gd_drift",

@@ -9,6 +9,7 @@ from paramsym.symmetry.chain import LINEAR_TYPES
 from paramsym.symmetry.change_of_variables import ChangeOfVariablesRotation, QuadraticOrthogonal
 from paramsym.symmetry.detect import BlockContext, register_block, symmetries
 from paramsym.symmetry.discrete import NeuronPermutation, SignFlip
+from paramsym.symmetry.fold import FoldedNorm, FoldReport, fold_norms
 from paramsym.symmetry.gl import HiddenGL
 from paramsym.symmetry.lowrank import LowRankGL
 from paramsym.symmetry.nonlinear import (
@@ -29,7 +30,7 @@ from paramsym.symmetry.relaxed import (
 )
 from paramsym.symmetry.rotary import RotaryQueryKey
 from paramsym.symmetry.scaling import PositiveScaling
-from paramsym.symmetry.translation import SoftmaxTranslation
+from paramsym.symmetry.translation import SoftmaxTranslation, StreamTranslation
 
 __all__ = [
     "LINEAR_TYPES",
@@ -37,6 +38,8 @@ __all__ = [
     "BlockContext",
     "ChangeOfVariablesRotation",
     "DistributionSymmetry",
+    "FoldReport",
+    "FoldedNorm",
     "GroupElement",
     "HeadPermutation",
     "HiddenGL",
@@ -58,8 +61,10 @@ __all__ = [
     "SignFlip",
     "Slot",
     "SoftmaxTranslation",
+    "StreamTranslation",
     "Symmetry",
     "ValueOutputGL",
+    "fold_norms",
     "householder_frame",
     "register_block",
     "spectral_contrastive_loss",

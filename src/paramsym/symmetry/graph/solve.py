@@ -266,9 +266,17 @@ def slots_of(cls: Class, family: Family, shapes: dict[str, tuple[int, ...]]) -> 
         slot = _slot(atom, attach, power, shapes)
         key = (slot.name, slot.axis, slot.offset)
         if key in slots and slots[key] != slot:
+            if family is Family.ORTHOGONAL and _same_but_dual(slots[key], slot):
+                continue  # g⁻ᵀ = g: a tied weight read and written moves once, consistently
             return None
         slots[key] = slot
     return list(slots.values())
+
+
+def _same_but_dual(a: Slot, b: Slot) -> bool:
+    return (a.name, a.axis, a.offset, a.block) == (b.name, b.axis, b.offset, b.block) and (
+        a.power == -b.power
+    )
 
 
 def _module(name: str) -> str:

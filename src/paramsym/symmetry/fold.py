@@ -1,0 +1,180 @@
+"""Folding norm weights into their readers: a function-preserving rewrite (notes 005 §4).
+
+A norm layer's output ``y = γ ⊙ n + β`` (n the normalised input; β = 0 for RMSNorm) is read by
+linear maps ``z = W y + b``. Folding puts the affine part into the readers,
+``W ← W diag γ``, ``b ← b + W β``, and leaves a norm without weight: the function is unchanged.
+What it opens: without γ, RMSNorm commutes with every orthogonal map of its input
+(rms(Qx) = rms(x)), so on the folded model the residual stream of a decoder whose stream is
+read only through RMSNorms has an orthogonal group (embeddings and writers by Q, readers by Qᵀ),
+which detection then finds. LayerNorm also needs the mean projected out of every writer
+(SliceGPT's computational invariance), which this rewrite does not do.
+
+:func:`fold_norms` never changes the model it is given: it returns a new, equivalent model, and
+reports what it folded and the output change it measured (the folded norm computes in the
+model's own dtype: Hugging Face's ``LlamaRMSNorm`` computes in float32 even in a float64 model,
+so there the folded model differs from the original by about 1e-7, and is the more exact one).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor, nn
+
+from paramsym.core.calls import call_arguments
+from paramsym.core.params import stateless_call
+from paramsym.errors import InvalidArgumentError
+from paramsym.symmetry.base import Slot, Symmetry, scale_along
+from paramsym.symmetry.scaling import PositiveScaling
+
+
+class FoldedNorm(nn.Module):
+    """A LayerNorm (``kind="layer"``) or RMSNorm (``kind="rms"``) over the last axis without
+    weight or bias, computed in its input's dtype (half precision in float32)."""
+
+    def __init__(self, kind: str, width: int, eps: float) -> None:
+        super().__init__()
+        if kind not in ("layer", "rms"):
+            raise InvalidArgumentError(f"FoldedNorm: kind must be 'layer' or 'rms', got {kind!r}")
+        self.kind, self.width, self.eps = kind, int(width), float(eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        if self.kind == "layer":
+            y = F.layer_norm(x, (self.width,), None, None, self.eps)
+        else:
+            y = F.rms_norm(x, (self.width,), None, self.eps)
+        return y.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.kind}, {self.width}, eps={self.eps:g}"
+
+
+@dataclass
+class FoldReport:
+    """What :func:`fold_norms` did.
+
+    Attributes:
+        folded: norm module -> the reader weights its affine part went into.
+        skipped: norm module -> why it was left as it is (no linear reader, a reader that
+            is also used elsewhere, a weight used as ``1 + weight``, ...).
+        output_change: relative change of the output on the example input, original vs folded.
+    """
+
+    folded: dict[str, list[str]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    output_change: float = 0.0
+
+
+def _norm_kind(module: nn.Module) -> tuple[str, float] | None:
+    """("layer" | "rms", eps) of a norm layer over the last axis with a weight, else None."""
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, nn.Parameter) or weight.ndim != 1:
+        return None
+    if isinstance(module, nn.LayerNorm):
+        return "layer", float(module.eps)
+    if isinstance(module, nn.RMSNorm):
+        return "rms", float(module.eps) if module.eps is not None else 1e-6
+    eps = getattr(module, "variance_epsilon", None)  # Hugging Face's RMSNorms (Llama, T5, ...)
+    if isinstance(eps, float) and getattr(module, "bias", None) is None:
+        return "rms", eps
+    return None
+
+
+def _readers(name: str, found: Sequence[Symmetry]) -> list[Slot] | str:
+    """The reader slots of the norm ``name`` (its rescaling's covector slots), or why none."""
+    for s in found:
+        if not isinstance(s, PositiveScaling) or not s.exact:
+            continue
+        incoming = {t.name for t in s.slots if t.power > 0}
+        if f"{name}.weight" not in incoming:
+            continue
+        if not incoming <= {f"{name}.weight", f"{name}.bias"}:
+            return "its rescaling also moves other parameters"
+        readers = [t for t in s.slots if t.power < 0]
+        if not readers or any(t.offset is not None or t.block != 1 for t in readers):
+            return "read in part, or by something other than linear maps"
+        return readers
+    return "no exact rescaling of its weight against linear readers (e.g. the model's output)"
+
+
+def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
+    """A new model equal to ``model`` as a function, with every norm layer's weight (and
+    LayerNorm's bias) folded into the linear maps that read it (module docstring).
+
+    Args:
+        model: any model with LayerNorm / RMSNorm layers (``nn.LayerNorm``, ``nn.RMSNorm``,
+            Hugging Face's ``*RMSNorm``), left unchanged.
+        example_input: a batch the model accepts (as for :func:`paramsym.symmetries`): the
+            readers are read off the traced graph.
+
+    Returns:
+        A deep copy with each foldable norm replaced by a :class:`FoldedNorm`; its
+        ``paramsym_fold`` attribute is the :class:`FoldReport`. Norms whose weight cannot be
+        folded (the final norm of a base model, whose output is the model's) are kept.
+
+    Raises:
+        InvalidArgumentError: a LayerNorm's bias would have to go into a reader without bias.
+    """
+    from paramsym.symmetry.detect import symmetries
+
+    found = symmetries(model, example_input=example_input, verify=False)
+    folded = copy.deepcopy(model)
+    modules = dict(folded.named_modules())
+    report = FoldReport()
+    with torch.no_grad():
+        for name, module in list(modules.items()):
+            kind = _norm_kind(module)
+            if kind is None or not name:
+                continue
+            readers = _readers(name, found)
+            if isinstance(readers, str):
+                report.skipped[name] = readers
+                continue
+            _fold_one(modules, name, module, readers)
+            parent, _, child = name.rpartition(".")
+            setattr(modules[parent] if parent else folded, child,
+                    FoldedNorm(kind[0], module.weight.numel(), kind[1]))  # fmt: skip
+            report.folded[name] = [t.name for t in readers]
+    report.output_change = _change(model, folded, example_input)
+    folded.paramsym_fold = report  # type: ignore[assignment]
+    return folded
+
+
+def _fold_one(
+    modules: dict[str, nn.Module], name: str, norm: nn.Module, readers: list[Slot]
+) -> None:
+    gamma = norm.weight.detach()
+    beta = getattr(norm, "bias", None)
+    for slot in readers:
+        owner_name, _, param = slot.name.rpartition(".")
+        owner = modules[owner_name]
+        weight = getattr(owner, param)
+        if beta is not None and bool(beta.detach().ne(0).any()):
+            bias = getattr(owner, "bias", None)
+            if not isinstance(bias, nn.Parameter):
+                raise InvalidArgumentError(
+                    f"fold_norms: the bias of '{name}' is read by '{owner_name}', which has no "
+                    "bias to take it"
+                )
+            bias.add_(torch.tensordot(weight.detach(), beta.detach(), dims=([slot.axis], [0])))
+        weight.copy_(scale_along(weight.detach(), slot.axis, gamma))
+
+
+def _change(model: nn.Module, folded: nn.Module, example_input: Any) -> float:
+    def output(m: nn.Module) -> Tensor:
+        args, kwargs = call_arguments(m, example_input, "fold_norms")
+        state = {k: v.detach() for k, v in [*m.named_parameters(), *m.named_buffers()]}
+        with torch.no_grad():
+            raw = stateless_call(m, state, args, kwargs)
+        return raw if isinstance(raw, Tensor) else raw[0]
+
+    before, after = output(model), output(folded)
+    return float((after - before).norm() / (before.norm() or 1.0))
