@@ -134,8 +134,10 @@ def _make_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     forward._orig_mod = model  # type: ignore[attr-defined]  # make_fx records the module stack
     # The module-stack tracer records every node's Python stack trace unless told not to: a
     # third of the trace's time, and detection never reads them.
-    emit = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = True
+    config = torch.fx.config
+    emit = getattr(config, "do_not_emit_stack_traces", None)  # torch >= 2.13 only
+    if emit is not None:
+        config.do_not_emit_stack_traces = True
     try:
         module = make_fx(
             forward,
@@ -146,7 +148,8 @@ def _make_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     except Exception as error:  # torch raises many types; all mean "cannot trace"
         raise TraceError(_short(error)) from error
     finally:
-        torch.fx.config.do_not_emit_stack_traces = emit
+        if emit is not None:
+            config.do_not_emit_stack_traces = emit
     graph = module.graph
     if any(node.op == "get_attr" for node in graph.nodes):
         raise TraceError("make_fx: the forward uses tensor constants that are not buffers")
