@@ -278,3 +278,38 @@ def test_stream_translation_tangent_matches_the_action_and_ties_are_left_out() -
     assert all(torch.allclose(closed[k], generic[k], atol=1e-14) for k in params)
     moved = translation.act(params, translation.exp(xi))
     assert all(torch.allclose(moved[k] - params[k], closed[k], atol=1e-14) for k in params)
+
+
+class PackedAttention(torch.nn.Module):
+    """Attention written the way timm's ``vision_transformer.Attention`` is: one packed qkv
+    projection read as (3, heads, head_dim) by one reshape, permute and unbind."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.qkv = torch.nn.Linear(dim, dim * 3)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+def test_packed_qkv_split_by_one_view_gets_every_head_group() -> None:
+    torch.manual_seed(0)
+    model = PackedAttention().double()
+    x = torch.randn(2, 5, 16, dtype=F64)
+    found = ps.symmetries(model, example_input=x)
+    assert sorted(s.name for s in found if s.dim) == sorted(
+        [f"attention_QK[head{i}]" for i in range(4)] + [f"attention_VO[head{i}]" for i in range(4)]
+    )
+    (heads,) = [s for s in found if isinstance(s, HeadPermutation)]
+    assert heads.name == "head_permutation[attention]"
+    reference = model(x)
+    for s in found:
+        g = s.sample(scale=0.5, generator=torch.Generator().manual_seed(1), dtype=F64)
+        moved = ps.functional_call(model, s.act(ps.params_of(model), g), x)
+        assert torch.allclose(moved, reference, atol=1e-12), s.name

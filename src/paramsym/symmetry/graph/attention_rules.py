@@ -199,6 +199,28 @@ def repeat_heads(walk: Walk, call: OpCall) -> Any:
     return TensorValue(tuple(call.shape), axes, dict(x.head_axes))
 
 
+@rule("packed_heads", heads=True)
+def packed_heads(walk: Walk, call: OpCall) -> Any:
+    """One packed projection (…, C·H·D) read as C chunks of H heads of D features (see
+    :mod:`~paramsym.symmetry.graph.patterns`): each chunk a head-split member."""
+    x, chunks, heads = call.args[0], int(call.kwargs["chunks"]), int(call.kwargs["heads"])
+    head_axis, feature_axis = int(call.kwargs["head_axis"]), int(call.kwargs["feature_axis"])
+    member = x.member(-1) if isinstance(x, TensorValue) else None
+    if member is None or member.block != 1 or member.heads != 1:
+        return walk.fallback(call)
+    walk.block_all(TensorValue(x.shape, {a: m for a, m in x.axes.items() if a != x.axis(-1)}),
+                   f"{call.where} moves it among attention heads")  # fmt: skip
+    width = member.width // chunks
+    outputs = []
+    for c, shape in enumerate(call.shape):
+        part = member.narrow(c * width, (c + 1) * width)
+        walk.facts.cut(part, width)
+        walk.facts.cut(part, width // heads)
+        split = Member(part.space, part.start, part.stop, 1, heads)
+        outputs.append(TensorValue(tuple(shape), {feature_axis: split}, {feature_axis: head_axis}))
+    return outputs
+
+
 @rule("rotary", heads=True)
 def rotary(walk: Walk, call: OpCall) -> Any:
     """A rotary embedding (see :mod:`~paramsym.symmetry.rotary`): in each head the first
@@ -248,7 +270,8 @@ def attention_role(facts: Facts, atoms: list[tuple[int, int, int]]) -> tuple[str
                     head = (start - member.start) // d
                     if (stop - 1 - member.start) // d == head:
                         label = "kv_head" if record.group > 1 else "head"
-                        return kind, f"{record.module}.{label}", head
+                        where = f"{record.module}." if record.module else ""
+                        return kind, f"{where}{label}", head
     return None
 
 

@@ -187,7 +187,8 @@ def head_permutations(
             ]
             slots = _block_slots(units) if all(u is not None for u in units) else None
             if slots is not None:
-                found.append((key, HeadPermutation(kv_heads, slots, (), site=record.module)))
+                site = record.module or "attention"
+                found.append((key, HeadPermutation(kv_heads, slots, (), site=site)))
         if group < 2:
             continue
         for g in range(kv_heads):
@@ -197,6 +198,6 @@ def head_permutations(
             ]
             slots = _block_slots(units) if all(u is not None for u in units) else None
             if slots is not None:
-                site = f"{record.module}.kv_head{g}"
+                site = f"{record.module or 'attention'}.kv_head{g}"
                 found.append((key, HeadPermutation(group, slots, (), site=site)))
     return found

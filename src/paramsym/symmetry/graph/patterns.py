@@ -13,6 +13,8 @@ with its own rule:
   Hugging Face's layout) or of the interleaved form (2j with 2j + 1, the original RoPE code),
   and the first ``r`` coordinates rotated (``partial_rotary_factor``), the rest passed through;
 * ``repeat_heads(k, repeat=G)``: each key/value head serves G consecutive query heads;
+* ``packed_heads(x, chunks=C, heads=H)``: one packed projection read as C chunks (q, k, v) of H
+  heads each by a single view, permute and unbind (timm's ViT attention);
 * ``attention(q, k, v, masks)``: attention written by hand, ``softmax(q @ kᵀ · s + mask) @ v``
   with casts, dropout and masking (``add``, ``masked_fill``, ``where``) in between, read as
   ``scaled_dot_product_attention`` is.
@@ -394,7 +396,41 @@ def _attention(node: Node, fusion: Fusion) -> None:
     fusion.calls[node.name] = Fused("attention", [q, k, v, masks], {"key_axis": key_axis})
 
 
-_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention)
+# -- packed q, k, v split into heads in one view (timm, DINOv2, open_clip) --------------------
+
+
+def _packed_heads(node: Node, fusion: Fusion) -> None:
+    """``x.reshape(…, C, H, D).permute(…).unbind(c_axis)``: C chunks of H heads of D features
+    read off one packed projection (q, k, v)."""
+    if _name(node) != "unbind":
+        return
+    permuted = node.args[0]
+    if _name(permuted) != "permute" or len(permuted.users) != 1:
+        return
+    viewed = permuted.args[0]
+    if _name(viewed) not in ("view", "reshape", "_unsafe_view") or len(viewed.users) != 1:
+        return
+    source, shape, packed = viewed.args[0], _shape(viewed), _shape(viewed.args[0])
+    if shape is None or packed is None or len(shape) != len(packed) + 2:
+        return
+    k = len(packed) - 1  # the packed feature axis splits into (C, H, D) at k, k + 1, k + 2
+    if list(shape[:k]) != list(packed[:k]) or shape[k] * shape[k + 1] * shape[k + 2] != packed[k]:
+        return
+    order = [int(d) % len(shape) for d in permuted.args[1]]
+    axis = int(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(shape)
+    if order[axis] != k:
+        return
+    rest = [a for a in order if a != k]  # axes of each chunk, in their new order
+    fusion.skipped.update((viewed.name, permuted.name))
+    fusion.calls[node.name] = Fused(
+        "packed_heads",
+        [source],
+        {"chunks": shape[k], "heads": shape[k + 1], "head_axis": rest.index(k + 1),
+         "feature_axis": rest.index(k + 2)},
+    )  # fmt: skip
+
+
+_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention, _packed_heads)
 
 
 def fuse(graph: torch.fx.Graph) -> Fusion:
