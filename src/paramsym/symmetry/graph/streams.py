@@ -82,10 +82,14 @@ def _components(stream: set[Node]) -> list[set[Node]]:
     return list(groups.values())
 
 
+_CHECKS = frozenset({"_assert_tensor_metadata", "_assert_scalar", "sym_size", "sym_numel"})
+"""Ops that read a tensor's metadata only (``torch.export`` inserts them), not its values."""
+
+
 def _read_only_by_norms(component: set[Node]) -> bool:
     for node in component:
         for user in node.users:
-            if user in component:
+            if user in component or op_name(user) in _CHECKS:
                 continue
             if op_name(user) == "layer_norm" and user.args[0] is node:
                 continue
