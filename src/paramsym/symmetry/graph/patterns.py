@@ -7,7 +7,8 @@ heads for grouped-query attention (``k[:, :, None].expand(...).reshape(...)``). 
 :func:`fuse` finds each such subgraph in the traced graph and replaces it by one synthetic call
 with its own rule:
 
-* ``rms_norm(x, [d], γ, eps)``: the same rule as torch's fused ``rms_norm`` op;
+* ``rms_norm(x, [d], γ, eps)``: the same rule as torch's fused ``rms_norm`` op (Gemma's
+  ``(1 + γ) ⊙`` with ``weight_offset=1``);
 * ``rotary(x, pairs=…, rotated=r)``: which coordinates of each head the rotation pairs up,
   read off the slices, the negation and the concatenation of ``rotate_half`` (j with j + r/2,
   Hugging Face's layout) or of the interleaved form (2j with 2j + 1, the original RoPE code),
@@ -136,16 +137,33 @@ def _rms_norm(node: Node, fusion: Fusion) -> None:
         shape = _shape(x)
         if shape is None:
             continue
-        fused_at, weight, chain = _weight_after(node)
+        fused_at, weight, chain, offset = _weight_after(node)
         fusion.skipped.update(n.name for n in inner)
         fusion.skipped.update(n.name for n in chain)
-        fusion.calls[fused_at.name] = Fused("rms_norm", [x, [shape[-1]], weight, eps])
+        options = {"weight_offset": offset} if offset else {}
+        fusion.calls[fused_at.name] = Fused("rms_norm", [x, [shape[-1]], weight, eps], options)
         return
 
 
-def _weight_after(node: Node) -> tuple[Node, Any, list[Node]]:
+def _offset_weight(node: Any) -> tuple[Node, float, list[Node]] | None:
+    """``γ`` or ``offset + γ`` (Gemma's ``1 + weight``; casts allowed): (γ's placeholder,
+    offset, the nodes between), γ a 1-D placeholder."""
+    inner: list[Node] = []
+    offset = 0.0
+    if _name(node) == "add" and isinstance(node.args[1], (int, float)):
+        inner.append(node)
+        node, offset = node.args[0], float(node.args[1])
+    while _name(node) in _CASTS:
+        inner.append(node)
+        node = node.args[0]
+    if isinstance(node, Node) and node.op == "placeholder" and len(_shape(node) or ()) == 1:
+        return node, offset, inner
+    return None
+
+
+def _weight_after(node: Node) -> tuple[Node, Any, list[Node], float]:
     """The ``γ ⊙ normalised`` multiplication after ``node`` (casts allowed), if there is one:
-    (the node to replace, γ's node or None, the nodes between)."""
+    (the node to replace, γ's node or None, the nodes between, the offset added to γ)."""
     chain = [node]
     current = node
     while len(current.users) == 1:
@@ -156,15 +174,11 @@ def _weight_after(node: Node) -> tuple[Node, Any, list[Node]]:
             continue
         if _name(user) == "mul":
             a, b = _operands(user)
-            weight = b if a is current else a
-            if (
-                isinstance(weight, Node)
-                and weight.op == "placeholder"
-                and len(_shape(weight) or ()) == 1
-            ):
-                return user, weight, chain
+            found = _offset_weight(b if a is current else a)
+            if found is not None and all(len(n.users) == 1 for n in found[2]):
+                return user, found[0], chain + found[2], found[1]
         break
-    return node, None, []
+    return node, None, [], 0.0
 
 
 # -- rotary embeddings -----------------------------------------------------------------------

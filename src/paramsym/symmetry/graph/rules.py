@@ -448,7 +448,8 @@ def layer_norm(walk: Walk, call: OpCall) -> Any:
 @rule("rms_norm")
 def rms_norm(walk: Walk, call: OpCall) -> Any:
     """RMSNorm over the last axis: permutations and sign flips pass (γ re-indexed, not
-    flipped); one common scale is absorbed; O(h) passes when there is no γ."""
+    flipped); one common scale is absorbed; O(h) passes when there is no γ; γ rescales
+    against the readers, unless it enters as ``offset + γ`` (Gemma)."""
     x, shape, weight = call.args[0], call.args[1], call.arg(2, "weight")
     if not isinstance(x, TensorValue) or len(shape) != 1:
         return walk.fallback(call)
@@ -456,10 +457,16 @@ def rms_norm(walk: Walk, call: OpCall) -> Any:
     facts = walk.facts
     member = x.member(-1)
     block_other_axes(walk, call, x, -1)
-    out = _norm_output(walk, call, x.shape[-1], weight)
+    offset = call.kwargs.get("weight_offset", 0.0)
+    out = _norm_output(walk, call, x.shape[-1], weight if not offset else None)
     passing = PERM | {Family.SIGN} | (frozenset() if weight is not None else {Family.ORTHOGONAL})
     facts.link(member, out, passing)
-    _affine_start(walk, call, out, weight, None)
+    if offset and isinstance(weight, ParamValue):
+        # (offset + γ) ⊙: rescaling it is affine in γ, which no slot expresses; permutations
+        # re-index γ, sign flips pass the norm and leave γ
+        facts.attach(out, weight.name, 0, Law.INVARIANT, families=PERM | {Family.SIGN})
+    else:
+        _affine_start(walk, call, out, weight, None)
     if member is not None:
         facts.block(member, ALL_FAMILIES - passing - {Family.SCALING}, f"{call.where}")
         note = _eps_note(call, float(eps)) if eps is not None else {
