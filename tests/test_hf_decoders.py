@@ -16,7 +16,13 @@ import torch
 
 import paramsym as ps
 from paramsym.core.calls import CACHE_NOTE
-from paramsym.symmetry import HeadPermutation, QueryKeyGL, RotaryQueryKey, Symmetry
+from paramsym.symmetry import (
+    HeadPermutation,
+    QueryKeyGL,
+    RotaryQueryKey,
+    StreamTranslation,
+    Symmetry,
+)
 from paramsym.symmetry.base import Slot
 from paramsym.teleportation import TeleportDriftWarning
 
@@ -310,3 +316,19 @@ def test_packed_qkv_split_by_one_view_gets_every_head_group() -> None:
         g = s.sample(scale=0.5, generator=torch.Generator().manual_seed(1), dtype=F64)
         moved = ps.functional_call(model, s.act(ps.params_of(model), g), x)
         assert torch.allclose(moved, reference, atol=1e-12), s.name
+
+
+@pytest.mark.parametrize("kind", ["llama", "phi", "gpt2", "swin"])
+def test_orbits_and_conserved_quantities_of_every_continuous_group(kind: str) -> None:
+    """At a generic point every exact continuous group's orbit has its full dimension; the
+    linear ones give their conserved quantities, the affine translations are refused by name."""
+    model, x, found = _detect(kind)
+    continuous = [s for s in found if s.exact and s.dim and s.dim <= 64]
+    assert continuous
+    for s in continuous:
+        assert ps.orbit_dimension(model, s, x=x) == s.dim, s.name
+        assert ps.conserved_quantities(model, s).numel() > 0
+    for s in found:
+        if isinstance(s, StreamTranslation):
+            with pytest.raises(ps.InvalidArgumentError, match=r"mean_translation\["):
+                ps.conserved_quantities(model, s)
