@@ -45,6 +45,9 @@ data distribution (dissertation Def. 1.2.1, 1.3.1, 1.3.6)."""
 Region = tuple[str, int, int, int | None]
 """(parameter, axis, start, stop) touched by an action; ``stop=None`` means to the end."""
 
+NON_IDENTITY_DRAWS = 64
+"""Draws :meth:`Symmetry.sample` makes with ``non_identity=True`` before it gives up."""
+
 
 def tree_add(a: GroupElement, b: GroupElement) -> GroupElement:
     """Entrywise ``a + b`` of two group elements of the same structure (tensors or tuples)."""
@@ -55,6 +58,25 @@ def tree_add(a: GroupElement, b: GroupElement) -> GroupElement:
     if isinstance(b, tuple):
         raise TypeError("tree_add: a tensor element plus a tuple")
     return a + b
+
+
+def numerically_equal(a: GroupElement, b: GroupElement) -> bool:
+    """Whether two elements of the same structure agree: integer tensors exactly, floating
+    ones entrywise to ``sqrt(eps)`` of the coarser dtype (so an element that differs from the
+    identity only by rounding counts as the identity)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
+            return False
+        return all(numerically_equal(p, q) for p, q in zip(a, b, strict=True))
+    if a.shape != b.shape:
+        return False
+    if not (a.is_floating_point() or b.is_floating_point()):
+        return torch.equal(a.cpu(), b.cpu())
+    coarser = max(
+        (t.dtype for t in (a, b) if t.is_floating_point()), key=lambda d: torch.finfo(d).eps
+    )
+    difference = (a.detach().cpu().double() - b.detach().cpu().double()).abs()
+    return not bool((difference > torch.finfo(coarser).eps ** 0.5).any())
 
 
 def tree_to(g: GroupElement, device: torch.device | str | None) -> GroupElement:
@@ -196,6 +218,12 @@ class Symmetry(abc.ABC):
         """Whether the group is discrete (no Lie algebra, no flat directions)."""
         return self.dim == 0
 
+    @property
+    def order(self) -> int | None:
+        """The number of elements of a finite group (``h!`` for S_h, ``2**h`` for (Z_2)^h);
+        ``None`` for a continuous group, or a finite one whose family does not say."""
+        return None
+
     def __repr__(self) -> str:
         flags = [] if self.exact else ["approximate"]
         if self.preserves == "loss":
@@ -218,12 +246,39 @@ class Symmetry(abc.ABC):
         generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
+        *,
+        non_identity: bool = False,
     ) -> GroupElement:
         """A random element, drawn on the CPU from ``generator`` and moved to ``device``.
         Continuous groups return ``exp(M)`` for a Gaussian algebra element M of size about
         ``scale`` (see each family's ``_sample``); discrete groups ignore ``scale`` and draw
-        uniformly."""
-        return tree_to(self._sample(scale, generator, _default_dtype(dtype)), device)
+        uniformly.
+
+        ``non_identity=True`` redraws until the element is not numerically the identity (some
+        entry differs from :meth:`identity`'s by more than ``sqrt(eps)`` of ``dtype``): a
+        uniform draw from the group without its identity for a finite group, which a check of
+        the action needs (a random permutation of two heads is the identity half the time).
+        Raises :class:`~paramsym.errors.InvalidArgumentError` for a group with no other
+        element (:attr:`order` 1), or when ``NON_IDENTITY_DRAWS`` draws all gave the identity
+        (``scale`` 0, or a finite group whose only element it is)."""
+        dtype = _default_dtype(dtype)
+        if not non_identity:
+            return tree_to(self._sample(scale, generator, dtype), device)
+        if self.order == 1:
+            raise InvalidArgumentError(
+                f"{self.name}: {self.group} has no element but the identity, so it has no "
+                "non-identity element to sample"
+            )
+        identity = self._identity(dtype)
+        for _ in range(NON_IDENTITY_DRAWS):
+            g = self._sample(scale, generator, dtype)
+            if not numerically_equal(g, identity):
+                return tree_to(g, device)
+        raise InvalidArgumentError(
+            f"{self.name}: {NON_IDENTITY_DRAWS} draws from {self.group} at scale {scale} were "
+            "all the identity; use a larger scale (a finite group whose only element is the "
+            "identity has nothing else to draw)"
+        )
 
     def _identity(self, dtype: torch.dtype) -> GroupElement:
         """The identity element on the CPU; what a family implements for :meth:`identity`."""
@@ -439,7 +494,10 @@ class NeuronSymmetry(Symmetry):
     @abc.abstractmethod
     def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
         """Validate ``g`` (as :meth:`check_element` does) and precompute what
-        :meth:`_transform` needs from it, in the parameters' dtype and device."""
+        :meth:`_transform` needs from it, in the parameters' dtype and device: ``g`` is cast
+        there first and everything derived from it (inverses, powers) computed from the cast
+        element, so that the element and its inverse agree to the parameters' precision (a
+        float32 g inverted before the cast moves a float64 model's output by ~1e-7)."""
 
     @abc.abstractmethod
     def _transform(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:

@@ -61,7 +61,7 @@ class _VectorOrthogonalSymmetry(OrthogonalGroup, Symmetry):
                 f"expected ({self.width},)"
             )
         check_finite([(self.parameter, w)], self.name)
-        g = self.check_element(g).to(dtype=w.dtype, device=w.device)
+        g = self._orthogonal_in(g, w.dtype, w.device)
         out = dict(params)
         out[self.parameter] = self._apply(w, g)
         return out

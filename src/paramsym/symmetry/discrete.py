@@ -12,6 +12,7 @@ Both are zero-dimensional: no Lie algebra and no flat directions (§2.3.3); ``ta
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -54,6 +55,11 @@ class NeuronPermutation(_DiscreteNeuronSymmetry):
 
     family = "permutation"
     group_symbol = "S_{}"
+
+    @property
+    def order(self) -> int:
+        """h! permutations."""
+        return math.factorial(self.width)
 
     def _identity(self, dtype: torch.dtype) -> Tensor:
         return torch.arange(self.width)
@@ -103,6 +109,11 @@ class SignFlip(_DiscreteNeuronSymmetry):
 
     family = "sign_flip"
     group_symbol = "(Z_2)^{}"
+
+    @property
+    def order(self) -> int:
+        """2^h sign vectors."""
+        return 2**self.width
 
     def _identity(self, dtype: torch.dtype) -> Tensor:
         return torch.ones(self.width, dtype=dtype)

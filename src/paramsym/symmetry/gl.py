@@ -108,9 +108,15 @@ class MatrixNeuronSymmetry(MatrixGroup, FamilyNeuronSymmetry):
         """Check ``g`` and return it with g⁻ᵀ (computed once)."""
         raise NotImplementedError
 
+    def _cast_element(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
+        """``g`` in the parameters' dtype and on their device (a plain cast; what is not a
+        tensor is left for validation to name)."""
+        return g.to(dtype=dtype, device=device) if isinstance(g, Tensor) else g
+
     def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:
-        g, g_inv_t = self._validated_inverse_transpose(g)
-        return g.to(dtype=dtype, device=device), g_inv_t.to(dtype=dtype, device=device)
+        # Cast first, invert second: g⁻ᵀ is then the inverse of the g that acts, to the
+        # parameters' precision (a float32 inverse cast to float64 is off by ~1e-7).
+        return self._validated_inverse_transpose(self._cast_element(g, dtype, device))
 
     def _transform(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
         g, g_inv_t = prepared
@@ -149,18 +155,21 @@ class HiddenGL(GeneralLinearGroup, MatrixNeuronSymmetry):
 
 
 def _checked_inverse(g: Tensor, name: str) -> Tensor:
-    """g⁻¹, raising unless g is finite and numerically invertible (g g⁻¹ = I to √eps·h)."""
+    """g⁻¹ in g's dtype, raising unless g is finite and numerically invertible (g g⁻¹ = I to
+    √eps·h of g's dtype). Half-precision elements are inverted in float32 (LAPACK has no
+    half precision) and the inverse rounded back."""
     if not bool(torch.isfinite(g).all()):
         raise InvalidGroupElementError(f"{name}: the group element has NaN or infinite entries")
-    inv, info = torch.linalg.inv_ex(g)
+    work = g.to(torch.promote_types(g.dtype, torch.float32))
+    inv, info = torch.linalg.inv_ex(work)
     h = g.shape[0]
     tol = h * torch.finfo(g.dtype).eps ** 0.5
     if int(info) != 0 or not bool(torch.isfinite(inv).all()):
         raise InvalidGroupElementError(f"{name}: the group element is singular (not in GL({h}))")
-    residual = (g @ inv - torch.eye(h, dtype=g.dtype, device=g.device)).abs().max().detach()
+    residual = (work @ inv - torch.eye(h, dtype=work.dtype, device=g.device)).abs().max().detach()
     if float(residual) > tol:
         raise InvalidGroupElementError(
             f"{name}: the group element is numerically singular (‖g g⁻¹ − I‖_max = "
             f"{float(residual):.2e} > {tol:.1e}); use a better-conditioned element"
         )
-    return inv
+    return inv.to(g.dtype)

@@ -46,6 +46,25 @@ class OrthogonalGroup(MatrixGroup):
     def inverse(self, g: GroupElement) -> Tensor:
         return self.check_element(g).T
 
+    def _orthogonal_in(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """``g``, checked orthogonal in its own dtype, in ``dtype`` on ``device``. Cast to a
+        finer dtype, g is orthogonal only to its own precision (a float32 rotation has
+        ‖gᵀg − I‖ ≈ 1e-7, which gᵀ standing in for g⁻¹ passes on to the output), so it is
+        replaced there by its orthogonal polar factor (Newton–Schulz steps
+        ``g ← g (3I − gᵀg) / 2``, which move it by that much)."""
+        g = self.check_element(g)
+        cast = g.to(dtype=dtype, device=device)
+        if not cast.is_floating_point() or torch.finfo(dtype).eps >= torch.finfo(g.dtype).eps:
+            return cast
+        eye = torch.eye(self.width, dtype=dtype, device=device)
+        target = self.width * torch.finfo(dtype).eps * 10
+        for _ in range(8):  # quadratic convergence: float16 to float64 takes four steps
+            gram = cast.T @ cast
+            if float((gram - eye).abs().max().detach()) <= target:
+                break
+            cast = cast @ (3 * eye - gram) / 2
+        return cast
+
     def _algebra(self, xi: Tensor) -> Tensor:
         rows, cols = torch.triu_indices(self.width, self.width, offset=1, device=xi.device)
         m = xi.new_zeros(self.width, self.width).index_put((rows, cols), xi)
@@ -65,6 +84,9 @@ class HiddenOrthogonal(OrthogonalGroup, MatrixNeuronSymmetry):
     @staticmethod
     def _algebra_dimension(width: int) -> int:
         return width * (width - 1) // 2
+
+    def _cast_element(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Tensor:
+        return self._orthogonal_in(g, dtype, device)
 
     def _validated_inverse_transpose(self, g: GroupElement) -> tuple[Tensor, Tensor]:
         g = self.check_element(g)

@@ -13,6 +13,7 @@ form a semidirect product) the componentwise group law would be wrong and constr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -71,6 +72,12 @@ class ProductSymmetry(Symmetry):
     @property
     def touched_regions(self) -> frozenset[Region]:
         return frozenset().union(*(f.touched_regions for f in self.factors))
+
+    @property
+    def order(self) -> int | None:
+        """The product of the factors' orders (``None`` if one is continuous or unknown)."""
+        orders = [f.order for f in self.factors]
+        return None if None in orders else math.prod(o for o in orders if o is not None)
 
     def _elements(self, g: GroupElement) -> tuple[GroupElement, ...]:
         if not isinstance(g, tuple) or len(g) != len(self.factors):

@@ -1,13 +1,26 @@
 """Numerical verification of detected symmetries: act, run the model, compare.
 
 Detection reasons about the model's structure; this module checks its claims on numbers. For
-every symmetry reported exact and function-preserving, one random group element acts on the
-parameters and buffers, and the model runs once on a batch (the user's ``example_input``, or
-the synthesised ``(2, in_features)`` batch of a chain that starts with a linear layer). A
-symmetry whose action changes the output by more than the tolerance of the parameters' dtype
-(``sqrt(eps)``: 1.5e-8 in float64, 3.5e-4 in float32) is downgraded to approximate, with the
-measured change in its notes and a :class:`~paramsym.errors.SymmetryVerificationWarning`
-naming it. Data-dependent actions and loss (not function) symmetries are not checked here.
+every symmetry reported exact and function-preserving, random group elements act on the
+parameters and buffers, and the model runs on a batch (the user's ``example_input``, or the
+synthesised ``(2, in_features)`` batch of a chain that starts with a linear layer), once per
+element (:func:`verification_elements`):
+
+* a continuous group acts with one element drawn at scale 0.5 that is not numerically the
+  identity (``sample(..., non_identity=True)``);
+* a finite group (permutations, sign flips, head permutations) acts with ``VERIFY_DRAWS``
+  distinct non-identity elements, or all of them when it has fewer (the one swap of S_2): a
+  plain random draw is the identity with probability 1/|G|, half the time for two heads, and
+  the identity passes any check. A group whose only element is the identity has nothing to
+  check.
+
+Elements are drawn in the parameters' dtype, and every family casts an element to the
+parameters' dtype before deriving anything from it (an inverse, a power), so an exact
+symmetry moves the output by rounding only. A symmetry whose worst element changes the output
+by more than the tolerance of the parameters' dtype (``sqrt(eps)``: 1.5e-8 in float64, 3.5e-4
+in float32) is downgraded to approximate, with the measured change in its notes and a
+:class:`~paramsym.errors.SymmetryVerificationWarning` naming it. Data-dependent actions and loss
+(not function) symmetries are not checked here.
 """
 
 from __future__ import annotations
@@ -22,11 +35,21 @@ import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from paramsym.core.params import buffer_copies, params_of, stateless_call
-from paramsym.errors import SymmetryVerificationWarning
-from paramsym.symmetry.base import Symmetry
+from paramsym.errors import InvalidArgumentError, SymmetryVerificationWarning
+from paramsym.symmetry.base import GroupElement, Symmetry, numerically_equal
 
 VERIFY_PARAMETER_LIMIT = 1_000_000
-"""``verify=None`` checks models with at most this many parameters (one forward per symmetry)."""
+"""``verify=None`` checks models with at most this many parameters (a few forwards per
+symmetry)."""
+
+VERIFY_DRAWS = 3
+"""Distinct non-identity elements a finite group is checked with (all of them when fewer)."""
+
+VERIFY_SCALE = 0.5
+"""Scale of the element drawn from a continuous group (see :meth:`Symmetry.sample`)."""
+
+_DISTINCT_ATTEMPTS = 32
+"""Non-identity draws from a finite group in search of ``VERIFY_DRAWS`` distinct ones."""
 
 
 def _outputs(model: nn.Module, state: dict[str, Tensor], example_input: Any) -> Tensor:
@@ -41,6 +64,46 @@ def _outputs(model: nn.Module, state: dict[str, Tensor], example_input: Any) -> 
     return torch.cat(floating) if floating else torch.zeros(0)
 
 
+def verification_elements(
+    symmetry: Symmetry, dtype: torch.dtype, generator: torch.Generator | None = None
+) -> list[GroupElement]:
+    """The elements verification acts with, drawn in ``dtype`` from ``generator`` (default:
+    a fresh one seeded 0, so the check does not depend on the other symmetries).
+
+    A continuous group gives one element at scale ``VERIFY_SCALE`` that is not numerically the
+    identity; a finite group ``VERIFY_DRAWS`` distinct non-identity elements, or all
+    ``order − 1`` of them when fewer (S_2: its one swap); a group whose only element is the
+    identity (``order == 1``, or a finite group of unknown order that never draws anything
+    else) none.
+
+    >>> import torch
+    >>> from paramsym.symmetry import NeuronPermutation
+    >>> heads = NeuronPermutation(2, incoming=["0.weight"], outgoing=["2.weight"])
+    >>> verification_elements(heads, torch.float64)
+    [tensor([1, 0])]
+    """
+    generator = torch.Generator().manual_seed(0) if generator is None else generator
+    order = symmetry.order
+    if order == 1:
+        return []
+    if not symmetry.discrete:
+        return [
+            symmetry.sample(scale=VERIFY_SCALE, generator=generator, dtype=dtype, non_identity=True)
+        ]
+    wanted = VERIFY_DRAWS if order is None else min(VERIFY_DRAWS, order - 1)
+    elements: list[GroupElement] = []
+    for _ in range(_DISTINCT_ATTEMPTS):
+        try:
+            g = symmetry.sample(generator=generator, dtype=dtype, non_identity=True)
+        except InvalidArgumentError:  # a finite group of unknown order with no other element
+            break
+        if not any(numerically_equal(g, h) for h in elements):
+            elements.append(g)
+            if len(elements) == wanted:
+                break
+    return elements
+
+
 def _change(
     symmetry: Symmetry,
     model: nn.Module,
@@ -48,12 +111,15 @@ def _change(
     x: Any,
     reference: Tensor,
     dtype: torch.dtype,
-) -> float:
-    """Relative change of the output under one random element of the group."""
-    generator = torch.Generator().manual_seed(0)
-    g = symmetry.sample(scale=0.5, generator=generator, dtype=dtype)
-    moved = symmetry.act(state, g)
-    return float((_outputs(model, moved, x) - reference).norm()) / (float(reference.norm()) or 1.0)
+) -> float | None:
+    """Largest relative change of the output under the :func:`verification_elements` of the
+    group (``None`` when there are none)."""
+    changes = [
+        float((_outputs(model, symmetry.act(state, g), x) - reference).norm())
+        / (float(reference.norm()) or 1.0)
+        for g in verification_elements(symmetry, dtype)
+    ]
+    return max(changes) if changes else None
 
 
 @contextlib.contextmanager
@@ -76,7 +142,8 @@ def verify_symmetries(
     model: nn.Module, found: Sequence[Symmetry], example_input: Any, *, synthesized: bool = False
 ) -> list[Symmetry]:
     """Check every exact, function-preserving, data-independent symmetry of ``found`` on
-    ``example_input``; downgrade (``exact=False``, a note) and warn about those that fail.
+    ``example_input`` with its :func:`verification_elements` (in the parameters' dtype);
+    downgrade (``exact=False``, a note) and warn about those that fail.
     Returns ``found`` (the same objects). A ``synthesized`` batch the model cannot run (the
     chain does not start with a (batch, features) layer after all) skips the check."""
     params = params_of(model)
@@ -99,15 +166,16 @@ def verify_symmetries(
             if symmetry.exact and not symmetry.data_dependent and symmetry.preserves == "function"
         }
     for symmetry in found:
-        if symmetry.name not in changes:
+        change = changes.get(symmetry.name)
+        if change is None:
             continue
-        change = changes[symmetry.name]
         if not change <= tolerance:
             symmetry.exact = False
             symmetry.notes = (
                 *symmetry.notes,
-                f"verification: a random element changed the output by {change:.2e} "
-                f"(relative; tolerance {tolerance:.1e}), so it is reported as approximate",
+                f"verification: a random non-identity element changed the output by "
+                f"{change:.2e} (relative; tolerance {tolerance:.1e}), so it is reported as "
+                "approximate",
             )
             failed.append(f"{symmetry.name} ({change:.1e})")
     if failed:
