@@ -377,6 +377,7 @@ QUICK_CLAIMS_HOLD = (
     "surrogate-spectrum",
     "factor-estimation",
     "architecture-catalogue",
+    "decoder-catalogue",
     "last-layer-curvature",
     "symmetry-null-space",
     "equivariance-identities",

@@ -296,6 +296,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.global_curvature.spectrum",
     "paramsym.experiments.symo_training",
     "paramsym.experiments.architectures",
+    "paramsym.experiments.decoders",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
     "paramsym.experiments.equivariance.identities",
