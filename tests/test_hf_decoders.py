@@ -332,3 +332,19 @@ def test_orbits_and_conserved_quantities_of_every_continuous_group(kind: str) ->
         if isinstance(s, StreamTranslation):
             with pytest.raises(ps.InvalidArgumentError, match=r"mean_translation\["):
                 ps.conserved_quantities(model, s)
+
+
+def test_a_bias_table_shared_by_every_block_makes_one_head_permutation() -> None:
+    """T5 computes its relative position bias once, in block 0, and every block adds it: the
+    heads of all blocks permute together, with the table, or not at all."""
+    from paramsym.nn.hf import hf_example_input, hf_tiny
+
+    model, x = hf_tiny("t5", layers=2), hf_example_input("t5")
+    found = ps.symmetries(model, example_input=x)
+    (heads,) = [s for s in found if isinstance(s, HeadPermutation)]
+    names = set(heads.parameter_names)
+    assert {"encoder.block.0.layer.0.SelfAttention.q.weight",
+            "encoder.block.1.layer.0.SelfAttention.q.weight"} <= names  # fmt: skip
+    assert _change(model, heads, x) < 1e-10
+    block_0 = [s for s in heads.slots if "block.1" not in s.name]
+    assert _change(model, HeadPermutation(heads.width, block_0, ()), x) > 1e-3

@@ -167,37 +167,100 @@ def head_permutations(
     query_key = set().union(*(valid_atoms.get(f, set()) for f in _QUERY_KEY))
     value_output = set().union(*(valid_atoms.get(f, set()) for f in _VALUE_OUTPUT))
     producers = _Producers(facts)
-    found: list[tuple[tuple[int, int], Symmetry]] = []
+    found: list[tuple[tuple[int, int], Symmetry, frozenset[str]]] = []
     for record in facts.attention:
-        heads, group = record.query.heads, record.group
-        kv_heads = heads // group
-        if record.fixed_bias or heads < 2:
+        tables = _tables(producers, record)
+        for key, symmetry in _of_attention(facts, record, query_key, value_output, producers):
+            found.append((key, symmetry, tables))
+    return _shared_tables(found)
+
+
+def _tables(producers: _Producers, record: Attention) -> frozenset[str]:
+    """The parameters holding ``record``'s per-head bias (none without one)."""
+    bias = record.bias
+    sources = producers.sources((bias.space, bias.start, bias.stop)) if bias else None
+    entries = producers.entries(sources, (Law.VECTOR,)) if sources else None
+    return frozenset(name for name, *_ in entries or ())
+
+
+def _shared_tables(
+    found: list[tuple[tuple[int, int], Symmetry, frozenset[str]]],
+) -> list[tuple[tuple[int, int], Symmetry]]:
+    """Head permutations of several attention ops that move one shared bias table (T5 reads
+    block 0's ``relative_attention_bias`` in every block) are one group: the same permutation
+    of every block's heads with the table. Those of different widths are dropped."""
+    owners: dict[str, list[int]] = defaultdict(list)
+    for i, (_, _, tables) in enumerate(found):
+        for name in tables:
+            owners[name].append(i)
+    parent = list(range(len(found)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for indices in owners.values():
+        for i in indices[1:]:
+            parent[root(i)] = root(indices[0])
+    merged: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(found)):
+        merged[root(i)].append(i)
+    out = []
+    for indices in merged.values():
+        if len(indices) == 1:
+            out.append(found[indices[0]][:2])
             continue
-        qk = [_head(record.query, i) for i in range(heads)]
-        qk += [_head(record.key, g) for g in range(kv_heads)]
-        vo = [_head(record.output, i) for i in range(heads)]
-        vo += [_head(record.value, g) for g in range(kv_heads)]
-        if not (_covered(qk, query_key) and _covered(vo, value_output)):
+        members = [found[i][1] for i in indices]
+        widths = {getattr(m, "width", 0) for m in members}
+        if len(widths) != 1:
             continue
-        key = (record.query.space, record.query.start)
-        if kv_heads > 1:
-            units = [
-                _unit(producers, record, range(g * group, (g + 1) * group), [g], record.bias)
-                for g in range(kv_heads)
-            ]
-            slots = _block_slots(units) if all(u is not None for u in units) else None
-            if slots is not None:
-                site = record.module or "attention"
-                found.append((key, HeadPermutation(kv_heads, slots, (), site=site)))
-        if group < 2:
-            continue
-        for g in range(kv_heads):
-            units = [
-                _unit(producers, record, range(i, i + 1), [], record.bias)
-                for i in range(g * group, (g + 1) * group)
-            ]
-            slots = _block_slots(units) if all(u is not None for u in units) else None
-            if slots is not None:
-                site = f"{record.module or 'attention'}.kv_head{g}"
-                found.append((key, HeadPermutation(group, slots, (), site=site)))
+        slots = list(dict.fromkeys(s for m in members for s in getattr(m, "slots", ())))
+        sites = [getattr(m, "site", "") for m in members]
+        site = f"{sites[0]},…,{sites[-1]}"
+        out.append((found[indices[0]][0], HeadPermutation(widths.pop(), slots, (), site=site)))
+    return out
+
+
+def _of_attention(
+    facts: Facts,
+    record: Attention,
+    query_key: set[Range],
+    value_output: set[Range],
+    producers: _Producers,
+) -> list[tuple[tuple[int, int], Symmetry]]:
+    """The head permutations of one attention op (module docstring)."""
+    found: list[tuple[tuple[int, int], Symmetry]] = []
+    heads, group = record.query.heads, record.group
+    kv_heads = heads // group
+    if record.fixed_bias or heads < 2:
+        return found
+    qk = [_head(record.query, i) for i in range(heads)]
+    qk += [_head(record.key, g) for g in range(kv_heads)]
+    vo = [_head(record.output, i) for i in range(heads)]
+    vo += [_head(record.value, g) for g in range(kv_heads)]
+    if not (_covered(qk, query_key) and _covered(vo, value_output)):
+        return found
+    key = (record.query.space, record.query.start)
+    if kv_heads > 1:
+        units = [
+            _unit(producers, record, range(g * group, (g + 1) * group), [g], record.bias)
+            for g in range(kv_heads)
+        ]
+        slots = _block_slots(units) if all(u is not None for u in units) else None
+        if slots is not None:
+            site = record.module or "attention"
+            found.append((key, HeadPermutation(kv_heads, slots, (), site=site)))
+    if group < 2:
+        return found
+    for g in range(kv_heads):
+        units = [
+            _unit(producers, record, range(i, i + 1), [], record.bias)
+            for i in range(g * group, (g + 1) * group)
+        ]
+        slots = _block_slots(units) if all(u is not None for u in units) else None
+        if slots is not None:
+            site = f"{record.module or 'attention'}.kv_head{g}"
+            found.append((key, HeadPermutation(group, slots, (), site=site)))
     return found
