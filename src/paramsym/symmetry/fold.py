@@ -151,7 +151,7 @@ def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
 def _fold_one(
     modules: dict[str, nn.Module], name: str, norm: nn.Module, readers: list[Slot]
 ) -> None:
-    gamma = norm.weight.detach()
+    gamma = getattr(norm, "weight").detach()  # noqa: B009  (nn.Module's __getattr__ is untyped)
     beta = getattr(norm, "bias", None)
     for slot in readers:
         owner_name, _, param = slot.name.rpartition(".")

@@ -120,9 +120,12 @@ def _merged_entries(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def _block_slots(units: list[list[Entry]]) -> list[Slot] | None:
+def _block_slots(found: list[list[Entry] | None]) -> list[Slot] | None:
     """One block slot per parameter region when unit i's regions are unit 0's shifted by i
-    whole regions; None otherwise."""
+    whole regions; None otherwise (or when a unit has none)."""
+    units = [u for u in found if u is not None]
+    if len(units) != len(found):
+        return None
     first = units[0]
     if not first or any(len(u) != len(first) for u in units):
         return None
@@ -248,7 +251,7 @@ def _of_attention(
             _unit(producers, record, range(g * group, (g + 1) * group), [g], record.bias)
             for g in range(kv_heads)
         ]
-        slots = _block_slots(units) if all(u is not None for u in units) else None
+        slots = _block_slots(units)
         if slots is not None:
             site = record.module or "attention"
             found.append((key, HeadPermutation(kv_heads, slots, (), site=site)))
@@ -259,7 +262,7 @@ def _of_attention(
             _unit(producers, record, range(i, i + 1), [], record.bias)
             for i in range(g * group, (g + 1) * group)
         ]
-        slots = _block_slots(units) if all(u is not None for u in units) else None
+        slots = _block_slots(units)
         if slots is not None:
             site = f"{record.module or 'attention'}.kv_head{g}"
             found.append((key, HeadPermutation(group, slots, (), site=site)))

@@ -78,18 +78,18 @@ def _uncast(node: Any) -> Any:
     return node
 
 
-def _only_users(node: Node, allowed: set[Node]) -> bool:
+def _only_users(node: Any, allowed: set[Node]) -> bool:
     return all(user in allowed for user in node.users)
 
 
-def _axis(node: Node, dim: Any) -> int | None:
+def _axis(node: Any, dim: Any) -> int | None:
     shape = _shape(node)
     if shape is None or not isinstance(dim, int):
         return None
     return dim % len(shape)
 
 
-def _operands(node: Node) -> tuple[Any, Any]:
+def _operands(node: Any) -> tuple[Any, Any]:
     return node.args[0], node.args[1]
 
 
@@ -122,7 +122,7 @@ def _rms_factor(node: Any) -> tuple[Any, float, list[Node]] | None:
     return power.args[0], float(added.args[1]), [*inner, node, added, mean, power]
 
 
-def _rms_norm(node: Node, fusion: Fusion) -> None:
+def _rms_norm(node: Any, fusion: Fusion) -> None:
     if _name(node) != "mul":
         return
     for x, factor in (_operands(node), _operands(node)[::-1]):
@@ -161,7 +161,7 @@ def _offset_weight(node: Any) -> tuple[Node, float, list[Node]] | None:
     return None
 
 
-def _weight_after(node: Node) -> tuple[Node, Any, list[Node], float]:
+def _weight_after(node: Any) -> tuple[Node, Any, list[Node], float]:
     """The ``γ ⊙ normalised`` multiplication after ``node`` (casts allowed), if there is one:
     (the node to replace, γ's node or None, the nodes between, the offset added to γ)."""
     chain = [node]
@@ -229,22 +229,22 @@ def _rotate_every_two(node: Any) -> tuple[Any, list[tuple[int, int]], list[Node]
     return x, [(2 * j, 2 * j + 1) for j in range(width // 2)], [node, stacked, negated, even, odd]
 
 
-def _start(node: Node) -> int:
+def _start(node: Any) -> int:
     return int(node.args[2]) if len(node.args) > 2 and node.args[2] is not None else 0
 
 
-def _step(node: Node) -> int:
+def _step(node: Any) -> int:
     return int(node.args[4]) if len(node.args) > 4 else 1
 
 
-def _bounds(node: Node, width: int) -> tuple[int, int]:
+def _bounds(node: Any, width: int) -> tuple[int, int]:
     start = _start(node)
     stop = node.args[3] if len(node.args) > 3 and node.args[3] is not None else width
     stop = min(int(stop), width)
     return (start + width if start < 0 else start), (stop + width if stop < 0 else stop)
 
 
-def _rotary_sum(node: Node) -> tuple[Any, list[tuple[int, int]], list[Node]] | None:
+def _rotary_sum(node: Any) -> tuple[Any, list[tuple[int, int]], list[Node]] | None:
     """``x * cos + rotate(x) * sin`` (either order): (x, pairs, inner nodes)."""
     if _name(node) != "add" or not all(_name(a) == "mul" for a in _operands(node)):
         return None
@@ -262,7 +262,7 @@ def _rotary_sum(node: Node) -> tuple[Any, list[tuple[int, int]], list[Node]] | N
     return None
 
 
-def _rotary(node: Node, fusion: Fusion) -> None:
+def _rotary(node: Any, fusion: Fusion) -> None:
     found = _rotary_sum(node)
     if found is None:
         return
@@ -270,7 +270,7 @@ def _rotary(node: Node, fusion: Fusion) -> None:
     fused_at, source, rotated = node, x, (_shape(x) or (0,))[-1]
     if len(node.users) == 1:  # partial rotary: cat([rotary(x[..., :r]), x[..., r:]], -1)
         user = next(iter(node.users))
-        parts = user.args[0] if _name(user) == "cat" else ()
+        parts: Any = user.args[0] if _name(user) == "cat" else ()
         if len(parts) == 2 and parts[0] is node and _name(x) == "slice" == _name(parts[1]):
             whole = x.args[0]
             width = (_shape(whole) or (0,))[-1]
@@ -291,7 +291,7 @@ def _rotary(node: Node, fusion: Fusion) -> None:
 # -- repeated key/value heads ----------------------------------------------------------------
 
 
-def _repeat_heads(node: Node, fusion: Fusion) -> None:
+def _repeat_heads(node: Any, fusion: Fusion) -> None:
     """``x.unsqueeze(u).expand(..., G, ...).reshape(...)`` merging axes u − 1 and u."""
     if _name(node) not in ("reshape", "view", "_unsafe_view"):
         return
@@ -379,7 +379,7 @@ def _scores(node: Any, chain: list[Node], masks: list[Any]) -> Any:
             return None
 
 
-def _attention(node: Node, fusion: Fusion) -> None:
+def _attention(node: Any, fusion: Fusion) -> None:
     """``softmax(q @ kᵀ · s + mask) @ v`` (casts, dropout, masking) as one attention op."""
     if _name(node) not in _MATMUL:
         return
@@ -413,7 +413,7 @@ def _attention(node: Node, fusion: Fusion) -> None:
 # -- packed q, k, v split into heads in one view (timm, DINOv2, open_clip) --------------------
 
 
-def _packed_heads(node: Node, fusion: Fusion) -> None:
+def _packed_heads(node: Any, fusion: Fusion) -> None:
     """``x.reshape(…, C, H, D).permute(…).unbind(c_axis)``: C chunks of H heads of D features
     read off one packed projection (q, k, v)."""
     if _name(node) != "unbind":

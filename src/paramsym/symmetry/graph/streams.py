@@ -43,7 +43,10 @@ def _stream(graph_nodes: list[Node]) -> tuple[set[Node], set[Node]]:
     frontier = [
         n.args[0]
         for n in graph_nodes
-        if op_name(n) == "layer_norm" and isinstance(n.args[0], Node) and len(n.args[1]) == 1
+        if op_name(n) == "layer_norm"
+        and isinstance(n.args[0], Node)
+        and isinstance(n.args[1], (list, tuple))
+        and len(n.args[1]) == 1
     ]
     while frontier:
         node = frontier.pop()
