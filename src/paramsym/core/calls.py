@@ -15,6 +15,7 @@ that no symmetry may move. So every analysis calls such a model with ``use_cache
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -29,18 +30,27 @@ CACHE_NOTE = (
 )
 
 
+@functools.lru_cache(maxsize=256)
+def _forward_keywords(forward: Any) -> tuple[bool, bool]:
+    """(takes ``use_cache`` by name, takes ``**kwargs``) of a forward function."""
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):  # a builtin or a C-level forward: no keyword inputs
+        return False, False
+    variadic = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return "use_cache" in parameters, variadic
+
+
 def takes_cache_flag(model: nn.Module) -> bool:
     """Whether ``model.forward`` accepts ``use_cache`` (by name, or through ``**kwargs`` on a
-    model whose config has a ``use_cache`` setting, as Hugging Face models do)."""
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # a builtin or a C-level forward: no keyword inputs
-        return False
-    if "use_cache" in parameters:
-        return True
-    variadic = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    config = getattr(model, "config", None)
-    return variadic and hasattr(config, "use_cache")
+    model whose config has a ``use_cache`` setting, as Hugging Face models do). The
+    signature is read once per forward function (analyses call models in tight loops)."""
+    forward = getattr(type(model), "forward", None)
+    if forward is not None and getattr(model.forward, "__func__", None) is forward:
+        by_name, variadic = _forward_keywords(forward)
+    else:  # an instance-level forward: read it as it is, not kept in the cache
+        by_name, variadic = _forward_keywords.__wrapped__(model.forward)
+    return by_name or (variadic and hasattr(getattr(model, "config", None), "use_cache"))
 
 
 def call_arguments(
