@@ -34,6 +34,7 @@ import paramsym as ps
 from paramsym.core.calls import call_arguments
 from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError
+from paramsym.experiments.architectures import family
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
 from paramsym.nn.hf import HF_KINDS, hf_example_input, hf_tiny
@@ -82,11 +83,6 @@ class DecoderCatalogueConfig:
     elements: int = 2
     scale: float = 0.5
     threads: int = 1
-
-
-def family(symmetry: Symmetry) -> str:
-    """The family of a detected symmetry: its name up to ``[``."""
-    return symmetry.name.split("[", 1)[0]
 
 
 def is_exact(symmetry: Symmetry) -> bool:

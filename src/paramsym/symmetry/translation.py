@@ -31,7 +31,40 @@ from paramsym.errors import (
 from paramsym.symmetry.base import GroupElement, Preserves, Region, Symmetry
 
 
-class SoftmaxTranslation(Symmetry):
+class TranslationGroup(Symmetry):
+    """The group (ℝ^dim, +) shared by the translations: elements are vectors of shape
+    ``(dim,)``, ``exp`` and the first-order element are the identity map (the exponential map
+    of a translation group is linear), composition is addition."""
+
+    def _identity(self, dtype: torch.dtype) -> Tensor:
+        return torch.zeros(self.dim, dtype=dtype)
+
+    def _sample(
+        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
+    ) -> Tensor:
+        """A translation with i.i.d. N(0, scale²) entries."""
+        return scale * torch.randn(self.dim, generator=generator, dtype=dtype)
+
+    def exp(self, xi: Tensor) -> Tensor:
+        return self.check_xi(xi)
+
+    def linear_element(self, xi: Tensor) -> Tensor:
+        return self.check_xi(xi)  # the exponential map of a translation group is linear
+
+    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
+        return self.check_element(g1) + self.check_element(g2)
+
+    def inverse(self, g: GroupElement) -> Tensor:
+        return -self.check_element(g)
+
+    def check_element(self, g: GroupElement) -> Tensor:
+        g = self._element_tensor(g, (self.dim,), "a translation vector")
+        if not bool(torch.isfinite(g).all()):
+            raise InvalidGroupElementError(f"{self.name}: the translation has NaN or inf entries")
+        return g
+
+
+class SoftmaxTranslation(TranslationGroup):
     """Shift all rows of the last weight by one vector and all biases by one scalar.
 
     Args:
@@ -85,33 +118,6 @@ class SoftmaxTranslation(Symmetry):
             regions.add((self.bias, 0, 0, None))
         return frozenset(regions)
 
-    def _identity(self, dtype: torch.dtype) -> Tensor:
-        return torch.zeros(self.dim, dtype=dtype)
-
-    def _sample(
-        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
-    ) -> Tensor:
-        """A translation with i.i.d. N(0, scale²) entries."""
-        return scale * torch.randn(self.dim, generator=generator, dtype=dtype)
-
-    def exp(self, xi: Tensor) -> Tensor:
-        return self.check_xi(xi)
-
-    def linear_element(self, xi: Tensor) -> Tensor:
-        return self.check_xi(xi)  # the exponential map of a translation group is linear
-
-    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
-        return self.check_element(g1) + self.check_element(g2)
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return -self.check_element(g)
-
-    def check_element(self, g: GroupElement) -> Tensor:
-        g = self._element_tensor(g, (self.dim,), "a translation vector")
-        if not bool(torch.isfinite(g).all()):
-            raise InvalidGroupElementError(f"{self.name}: the translation has NaN or inf entries")
-        return g
-
     def _check_params(self, params: Mapping[str, Tensor]) -> None:
         for name in self.parameter_names:
             if name not in params:
@@ -146,7 +152,7 @@ class SoftmaxTranslation(Symmetry):
         return self._shifted(params, xi, {k: torch.zeros_like(t) for k, t in params.items()})
 
 
-class StreamTranslation(Symmetry):
+class StreamTranslation(TranslationGroup):
     """Translations of a residual stream along the all-ones direction that every reader removes
     (notes 005 §4): where every reader of a stream is a mean-subtracting norm (LayerNorm), any
     write into it may add a multiple of 1 per input coordinate, ``LN(x + t·1) = LN(x)``
@@ -185,33 +191,6 @@ class StreamTranslation(Symmetry):
     @property
     def touched_regions(self) -> frozenset[Region]:
         return frozenset((name, axis, 0, None) for name, axis in self.writers)
-
-    def _identity(self, dtype: torch.dtype) -> Tensor:
-        return torch.zeros(self.dim, dtype=dtype)
-
-    def _sample(
-        self, scale: float, generator: torch.Generator | None, dtype: torch.dtype
-    ) -> Tensor:
-        """A translation with i.i.d. N(0, scale²) entries."""
-        return scale * torch.randn(self.dim, generator=generator, dtype=dtype)
-
-    def exp(self, xi: Tensor) -> Tensor:
-        return self.check_xi(xi)
-
-    def linear_element(self, xi: Tensor) -> Tensor:
-        return self.check_xi(xi)
-
-    def compose(self, g1: GroupElement, g2: GroupElement) -> Tensor:
-        return self.check_element(g1) + self.check_element(g2)
-
-    def inverse(self, g: GroupElement) -> Tensor:
-        return -self.check_element(g)
-
-    def check_element(self, g: GroupElement) -> Tensor:
-        g = self._element_tensor(g, (self.dim,), "a translation vector")
-        if not bool(torch.isfinite(g).all()):
-            raise InvalidGroupElementError(f"{self.name}: the translation has NaN or inf entries")
-        return g
 
     def _shifts(self, params: Mapping[str, Tensor], v: Tensor) -> dict[str, Tensor]:
         """Each writer's change under the translation vector ``v``."""
