@@ -8,6 +8,10 @@ import os
 # linear-algebra calls 10-100x slower (eigh of 140 x 140: 3 ms -> 0.1-0.4 s). Set before torch
 # is imported, which starts the OpenMP runtime.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# `make test` runs one pytest-xdist worker per core: one torch thread each (and in the
+# subprocesses they start), as two threads per worker would oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
