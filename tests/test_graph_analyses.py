@@ -53,7 +53,7 @@ def test_teleport_raises_the_gradient_norm_within_the_loss_guard(name, classes, 
     model, x = zoo(name)
     batch = classification_batch(model, x, classes)
     before = {k: v.clone() for k, v in state_of(model).items()}
-    result = ps.teleport(model, loss_fn, batch, steps=5, lr=0.05)
+    result = ps.teleport(model, loss_fn, batch, steps=5)
     assert result.grad_norm_after > 1.05 * result.grad_norm_before
     assert abs(result.loss_after - result.loss_before) <= 1e-4 * result.loss_before
     assert result.symmetries  # found on the graph traced on the batch

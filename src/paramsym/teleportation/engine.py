@@ -121,6 +121,9 @@ class TeleportResult:
             check with the transport method.
         seconds: wall-clock time.
         symmetries: names of the symmetries moved along.
+        approximate: those of them that are not exact (moved along only when asked for,
+            with ``allow_approximate=True`` or in ``symmetries=``; the loss change they cause
+            is ``max_loss_drift``, bounded by the guard).
         method: how the objective was followed, ``"hessian"`` or ``"transport"``
             (see :mod:`~paramsym.teleportation.ascent`).
         params: the final parameters (detached).
@@ -142,6 +145,7 @@ class TeleportResult:
     objective: str
     symmetries: list[str]
     method: str = "hessian"
+    approximate: list[str] = field(default_factory=list)
     history: list[TeleportStep] = field(default_factory=list)
     params: Params = field(default_factory=dict, repr=False)
     covectors: list[Params] = field(default_factory=list, repr=False)
@@ -262,9 +266,10 @@ def teleport(
     Args:
         model, loss_fn, batch: the loss L(θ) = loss_fn(model(x; θ), y) with batch ``(x, y)``.
         symmetries: the symmetries to move along together (discrete ones are skipped); default
-            every continuous symmetry ``ps.symmetries(model, example_input=x, loss_fn=loss_fn)``
-            finds on the graph traced on the batch's inputs (nn.Sequential chains and registered
-            blocks are analysed without a trace), except those that move buffers.
+            every exact continuous symmetry ``ps.symmetries(model, example_input=x,
+            loss_fn=loss_fn)`` finds on the graph traced on the batch's inputs (``nn.Sequential``
+            chains too: one detector for every analysis), except those that move buffers
+            (:func:`~paramsym.teleportation.default_symmetries`).
             Data-dependent actions use the batch's inputs.
         objective: ``"grad_norm"`` (‖∇L‖²), ``"preconditioned_grad_norm"`` (needs
             ``optimizer``), ``"loss_alignment"``, an :class:`Objective`, or a callable
@@ -303,9 +308,12 @@ def teleport(
         on_drift: ``"shrink"`` halves offending steps (then stops); ``"warn"`` accepts them
             with a :class:`TeleportDriftWarning`.
         max_shrinks: halvings per step before the teleport stops.
-        allow_approximate: data-dependent actions that are not exact on the batch (e.g. the
-            pseudo-inverse action with more samples than hidden units) are refused unless
-            this is set; then they warn, and the loss guard bounds what they change.
+        allow_approximate: the default choice of symmetries includes the approximate ones
+            (e.g. a LayerNorm's input scale invariance, exact only for eps = 0), and
+            data-dependent actions that are not exact on the batch (e.g. the pseudo-inverse
+            action with more samples than hidden units) are accepted with a warning instead
+            of refused. The loss guard bounds what they change; the result names them
+            (``approximate``) and reports the drift (``max_loss_drift``).
         keep_worse: keep an end point whose objective is worse than the start's. By default
             such a teleport is undone (``stopped="no_improvement"``, parameters and covectors
             unchanged). Ascent steps never lower the objective on their own with a line search,
@@ -387,7 +395,9 @@ class _Teleport:
     ) -> None:
         self.started = time.perf_counter()
         self.model, self.batch, self.config = model, batch, config
-        self.chosen = continuous_symmetries(symmetries, model, loss_fn, batch[0])
+        self.chosen = continuous_symmetries(
+            symmetries, model, loss_fn, batch[0], config.allow_approximate
+        )
         # actions return new tensors, so θ may share storage with the model until the end
         self.theta = {k: v.detach() for k, v in resolve_params(model, params).items()}
         check_finite(self.theta, "teleport: params")
@@ -461,6 +471,7 @@ class _Teleport:
             objective=self.goal.name,
             symmetries=[s.name for s in self.chosen],
             method=self.method,
+            approximate=[s.name for s in self.chosen if not s.exact],
             history=self.history,
             params=final.params,
             covectors=final.covectors,

@@ -14,21 +14,19 @@ from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation.objectives import LossFn
 
 
-def is_chain(model: nn.Module) -> bool:
-    """Whether the module-by-module analysis sees all of ``model`` (an ``nn.Sequential`` or a
-    registered block): then no trace is needed to find its symmetries."""
-    from paramsym.symmetry.detect import _analyser
-
-    return isinstance(model, nn.Sequential) or _analyser(model) is not None
-
-
 def default_symmetries(
-    model: nn.Module, loss_fn: LossFn | None = None, example_input: Any = None
+    model: nn.Module,
+    loss_fn: LossFn | None = None,
+    example_input: Any = None,
+    *,
+    allow_approximate: bool = False,
 ) -> list[Symmetry]:
     """The continuous symmetries ``ps.symmetries`` finds on ``model`` (on the graph traced on
-    ``example_input`` when given; not data-dependent), without those that also move buffers
-    (BatchNorm's scale invariance, which is approximate for eps > 0 and would move its
-    running statistics, which teleport does not carry) and those that move a frozen parameter
+    ``example_input`` when given; not data-dependent) that a teleport moves along by default:
+    the exact ones (a teleport is a move within a level set; the approximate ones, such as a
+    norm's input scale invariance with eps > 0, only with ``allow_approximate``), without
+    those that also move buffers (BatchNorm's scale invariance, which would move its running
+    statistics, which teleport does not carry) and those that move a frozen parameter
     (``requires_grad=False``: it stays where it is)."""
     from paramsym.symmetry.detect import symmetries
 
@@ -38,6 +36,7 @@ def default_symmetries(
         s
         for s in found
         if s.dim > 0
+        and (s.exact or allow_approximate)
         and not s.buffer_names
         and (s.moves_frozen or not frozen & set(s.parameter_names))
     ]
@@ -49,14 +48,22 @@ def frozen_parameters(model: nn.Module) -> set[str]:
 
 
 def continuous_symmetries(
-    symmetries: Sequence[Symmetry] | None, model: nn.Module, loss_fn: LossFn, x: Any
+    symmetries: Sequence[Symmetry] | None,
+    model: nn.Module,
+    loss_fn: LossFn,
+    x: Any,
+    allow_approximate: bool = False,
 ) -> list[Symmetry]:
+    """``symmetries`` checked, or the default choice (:func:`default_symmetries`)."""
     if symmetries is None:
-        found = default_symmetries(model, loss_fn, None if is_chain(model) else x)
+        # One detector: the graph traced on the batch, for chains too (a chain of convs is
+        # only seen there), as ps.symmetries(model, example_input=x) does.
+        found = default_symmetries(model, loss_fn, x, allow_approximate=allow_approximate)
         if not found:
             raise InvalidArgumentError(
                 "teleport: ps.symmetries found no continuous symmetry teleport can use on this "
-                "model (those that move buffers or frozen parameters are left out); pass "
+                "model (approximate ones, and those that move buffers or frozen parameters, "
+                "are left out: allow_approximate=True adds the approximate ones); pass "
                 "symmetries=..., e.g. the data-dependent GL actions of "
                 "ps.symmetries(model, data_dependent=True)"
             )

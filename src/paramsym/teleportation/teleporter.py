@@ -147,7 +147,12 @@ class Teleporter:
         """The symmetries teleports move along: those given, or the defaults of
         :func:`~paramsym.teleportation.engine.default_symmetries` found on ``batch``."""
         if self._symmetries is None:
-            self._symmetries = default_symmetries(self.model, self.loss_fn, batch[0])
+            self._symmetries = default_symmetries(
+                self.model,
+                self.loss_fn,
+                batch[0],
+                allow_approximate=self.config.allow_approximate,
+            )
         return self._symmetries
 
     # -- the optimizer wrapper -------------------------------------------------------------
