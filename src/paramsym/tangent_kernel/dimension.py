@@ -27,6 +27,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
+from paramsym.core.batches import Inputs, as_inputs, batch_length, floats_to, one_sample_batch, take
 from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ParamsymWarning
@@ -72,7 +74,7 @@ class FunctionalDimension:
 
 def parameter_jacobian(
     model: nn.Module,
-    x: Tensor,
+    x: Inputs,
     params: Mapping[str, Tensor] | None = None,
     *,
     dtype: torch.dtype | None = None,
@@ -91,15 +93,15 @@ def parameter_jacobian(
     point = resolve_params(model, params)
     if dtype is not None:
         point = to_dtype(point, dtype)
-        x = x.to(dtype) if x.is_floating_point() else x
+        x = floats_to(x, dtype)
 
-    def single(p: dict[str, Tensor], sample: Tensor) -> Tensor:
-        return flat_outputs(model, p, sample.unsqueeze(0), output, "parameter_jacobian")[0]
+    def single(p: dict[str, Tensor], sample: Inputs) -> Tensor:
+        return flat_outputs(model, p, one_sample_batch(sample), output, "parameter_jacobian")[0]
 
     rows = []
-    with torch.no_grad():
-        for start in range(0, x.shape[0], batch_size):
-            samples = x[start : start + batch_size]
+    with torch.no_grad(), differentiable_attention():  # the math kernel has a vmap rule
+        for start in range(0, batch_length(x, "parameter_jacobian", "x"), batch_size):
+            samples = take(x, slice(start, start + batch_size))
             chunk = jacobians_over_samples(single, point, samples, model)  # (b, O, *shape)
             b, o = next(iter(chunk.values())).shape[:2]
             rows.append(torch.cat([chunk[k].reshape(b * o, -1) for k in point], dim=1))
@@ -108,7 +110,7 @@ def parameter_jacobian(
 
 def functional_dimension(
     model: nn.Module,
-    x: Tensor,
+    x: Inputs,
     *,
     tol: float | None = None,
     dtype: torch.dtype = torch.float64,
@@ -122,7 +124,8 @@ def functional_dimension(
 
     Args:
         model: any module whose outputs depend on their own sample only.
-        x: the batch ``(m, ...)`` (seed 004: the whole data set).
+        x: the batch ``(m, ...)`` (seed 004: the whole data set), or a mapping of keyword
+            inputs with the batch axis first (``{"input_ids": ids}``).
         tol: absolute threshold on singular values; default ``max(m·O, P) · eps(dtype) · σ_max``
             (``torch.linalg.matrix_rank``'s rule).
         dtype: precision of J and the decomposition; ``torch.float32`` reproduces seed 004.
@@ -142,15 +145,19 @@ def functional_dimension(
     check_deterministic(model, "functional_dimension")
     point = resolve_params(model, params)
     check_finite(point, "functional_dimension: params")
+    if isinstance(x, Tensor) and x.ndim and not x.shape[0]:
+        samples = 0  # an empty batch: rank 0
+    else:
+        x = as_inputs(x, "functional_dimension", "x")
+        samples = batch_length(x, "functional_dimension", "x")
     with torch.no_grad():
-        if x.shape[0]:
-            probe = two_samples(x)
-            probe = probe.to(dtype) if probe.is_floating_point() else probe
+        if samples:
+            probe = floats_to(two_samples(x), dtype)
             at = to_dtype(point, dtype)
             outputs = flat_outputs(model, at, probe, output, "functional_dimension").shape[1]
         else:
             outputs = 0
-    rows = x.shape[0] * outputs
+    rows = samples * outputs
     size = sum(p.numel() for p in point.values())
     element = torch.finfo(dtype).bits // 8
     if method == "auto":

@@ -116,6 +116,12 @@ def _conv_patches(x: Tensor, conv: nn.modules.conv._ConvNd) -> Tensor:
     return x.permute(order).reshape(b, g, math.prod(positions), -1)
 
 
+_STANDARD_FORWARDS = frozenset(c.forward for c in (nn.Linear, NTKLinear, *_CONVS, nn.Embedding))
+"""The forwards the factorisation models: a subclass that replaces one (Hugging Face's
+``OPTLearnedPositionalEmbedding`` computes positions from the attention mask) is not a
+candidate."""
+
+
 def candidate_layers(
     model: nn.Module, params: Mapping[str, Tensor]
 ) -> tuple[list[Layer], dict[str, str]]:
@@ -142,6 +148,12 @@ def candidate_layers(
         if weight not in params:
             continue
         label = name or "(root)"
+        if type(module).forward not in _STANDARD_FORWARDS:
+            reasons[label] = (
+                f"has its own forward ({type(module).__name__}.forward: its input need not be "
+                "what the weight multiplies)"
+            )
+            continue
         own = [module.weight] + ([module.bias] if getattr(module, "bias", None) is not None else [])
         if any(owners.get(id(p), 0) > 1 for p in own):
             reasons[label] = "shares its weight with another module"

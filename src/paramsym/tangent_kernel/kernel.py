@@ -55,9 +55,11 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.backends import differentiable_attention
+from paramsym.core.batches import Inputs
 from paramsym.errors import AutodiffError, InvalidArgumentError, ShapeError
 from paramsym.tangent_kernel.factorised import Layer, candidate_layers, structured_share
-from paramsym.tangent_kernel.generic import jacobian_kernel, vp_kernel
+from paramsym.tangent_kernel.generic import is_functorch_refusal, jacobian_kernel, vp_kernel
 from paramsym.tangent_kernel.outputs import OutputSelector
 from paramsym.tangent_kernel.problem import DEFAULT_MEMORY_BUDGET, Mode, prepare
 from paramsym.tangent_kernel.structured import (
@@ -105,8 +107,8 @@ def choose_method(
 
 def ntk(
     model: nn.Module,
-    x1: Tensor,
-    x2: Tensor | None = None,
+    x1: Inputs,
+    x2: Inputs | None = None,
     *,
     mode: Mode = "full",
     method: Method = "auto",
@@ -121,7 +123,10 @@ def ntk(
     Args:
         model: any module whose outputs depend on their own sample only.
         x1, x2: inputs ``(n1, ...)`` and ``(n2, ...)`` with the same trailing shape (floats, or
-            int64 token ids for models with an ``nn.Embedding``).
+            int64 token ids for models with an ``nn.Embedding``), or mappings of keyword
+            inputs whose tensors have the batch axis first (``{"input_ids": ids,
+            "attention_mask": mask}`` or a ``BatchEncoding`` for a Hugging Face model; then
+            the method is ``"jacobian"`` or ``"vp"``).
         mode: ``"full"`` → ``(n1, n2, O, O)``, ``"trace"`` → ``(n1, n2)``,
             ``"diagonal"`` → ``(n1, n2, O)``; O is the number of outputs per sample (the
             selected output flattened after the batch axis).
@@ -157,9 +162,12 @@ def ntk(
     problem = prepare(model, x1, x2, mode, params, dtype, output)
     plan: StructuredPlan | None = None
     # torch.func transforms ignore an outer no_grad; it only stops graphs of the contractions.
-    with torch.no_grad():
+    # Attention runs its math kernel: the fused CPU ones have no forward AD and no vmap rule.
+    with torch.no_grad(), differentiable_attention():
         if method == "auto":
-            static, _ = candidate_layers(model, problem.params)
+            static = (
+                [] if isinstance(problem.x1, dict) else candidate_layers(model, problem.params)[0]
+            )
             method = _by_size(problem.params, static, problem.outputs, memory_budget)
             if method == "structured":
                 plan = plan_structured(problem)
@@ -169,7 +177,9 @@ def ntk(
         if method == "vp":
             try:
                 return vp_kernel(problem, batch_size, memory_budget)
-            except NotImplementedError as error:
+            except (NotImplementedError, RuntimeError) as error:
+                if isinstance(error, RuntimeError) and not is_functorch_refusal(error):
+                    raise
                 reason = str(error).splitlines()[0]
                 raise AutodiffError(
                     f"ntk(method='vp'): forward-mode autodiff fails on {type(model).__name__} "

@@ -26,6 +26,8 @@ from typing import Any, TypeAlias
 
 from torch import Tensor, nn
 
+from paramsym.core.batches import Inputs, batch_length
+from paramsym.core.calls import call_arguments
 from paramsym.core.params import buffer_copies, stateless_call
 from paramsym.errors import InvalidArgumentError, ShapeError
 
@@ -137,16 +139,19 @@ def check_batch_axis(out: Tensor, batch: int, output: OutputSelector, where: str
 def flat_outputs(
     model: nn.Module,
     params: Mapping[str, Tensor],
-    x: Tensor,
+    x: Inputs,
     output: OutputSelector,
     where: str,
 ) -> Tensor:
-    """``(b, O)``: the selected output of ``model`` at ``params`` on ``x`` (``(b, ...)``),
-    flattened after the batch axis. Buffers are copied, so the model's state never changes."""
-    raw = stateless_call(model, {**buffer_copies(model, params), **params}, (x,))
+    """``(b, O)``: the selected output of ``model`` at ``params`` on ``x`` (``(b, ...)``, or
+    named tensors passed as keyword inputs), flattened after the batch axis. Buffers are
+    copied, so the model's state never changes."""
+    args, kwargs = call_arguments(model, x, where)
+    raw = stateless_call(model, {**buffer_copies(model, params), **params}, args, kwargs)
     out = select_output(raw, output, model, where)
-    check_batch_axis(out, x.shape[0], output, where)
-    return out.reshape(x.shape[0], -1)
+    b = batch_length(x, where, "x")
+    check_batch_axis(out, b, output, where)
+    return out.reshape(b, -1)
 
 
 __all__ = [

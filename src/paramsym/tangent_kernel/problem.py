@@ -9,6 +9,15 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from paramsym.core.batches import (
+    Inputs,
+    as_inputs,
+    batch_length,
+    floats_to,
+    take,
+    tensors,
+    trailing_shapes,
+)
 from paramsym.core.model_checks import check_deterministic, check_input_dtype, require_module
 from paramsym.core.params import Params, check_finite, resolve_params, to_dtype
 from paramsym.errors import InvalidArgumentError, ShapeError
@@ -27,7 +36,8 @@ class KernelProblem:
     Attributes:
         model, params: the network and the point θ (parameters only; buffers come from the
             model, copied).
-        x1, x2: inputs ``(n1, ...)`` and ``(n2, ...)``; ``same`` when x2 was not given.
+        x1, x2: inputs ``(n1, ...)`` and ``(n2, ...)`` (tensors, or named tensors with the
+            batch axis first: :mod:`paramsym.core.batches`); ``same`` when x2 was not given.
         outputs: O, the number of outputs per sample (the selected output flattened after the
             batch axis).
         mode: the kernel's shape (see :func:`~paramsym.tangent_kernel.ntk`).
@@ -36,14 +46,22 @@ class KernelProblem:
 
     model: nn.Module
     params: Params
-    x1: Tensor
-    x2: Tensor
+    x1: Inputs
+    x2: Inputs
     outputs: int
     mode: Mode
     same: bool
     output: OutputSelector = None
 
-    def forward(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
+    @property
+    def n1(self) -> int:
+        return batch_length(self.x1, "ntk", "x1")
+
+    @property
+    def n2(self) -> int:
+        return batch_length(self.x2, "ntk", "x2")
+
+    def forward(self, params: Mapping[str, Tensor], x: Inputs) -> Tensor:
         """``(b, ...) -> (b, O)`` at ``params``, buffers copied so the model is never changed."""
         return flat_outputs(self.model, params, x, self.output, "ntk")
 
@@ -58,33 +76,27 @@ def _check_sample_independent(model: nn.Module) -> None:
             )
 
 
-def _check_input(x: Any, name: str, model: nn.Module) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise InvalidArgumentError(f"ntk: {name} must be a tensor, got {type(x).__name__}")
-    if x.ndim < 1 or x.shape[0] < 1:
-        raise ShapeError(
-            f"ntk: {name} must have a batch axis with at least one sample, got {tuple(x.shape)}"
-        )
+def _check_input(x: Any, name: str, model: nn.Module) -> Inputs:
+    x = as_inputs(x, "ntk", name)
     takes_indices = any(isinstance(m, nn.Embedding) for m in model.modules())
-    if not x.is_floating_point() and not takes_indices:
+    if isinstance(x, Tensor) and not x.is_floating_point() and not takes_indices:
         raise InvalidArgumentError(
             f"ntk: {name} has dtype {x.dtype}; the model has no embedding, so pass floating "
             "inputs (e.g. x.float())"
         )
-    if x.is_floating_point():
-        check_finite([(name, x)], "ntk")
+    check_finite([(name, t) for t in tensors(x) if t.is_floating_point()], "ntk")
     return x
 
 
-def two_samples(x: Tensor) -> Tensor:
+def two_samples(x: Inputs) -> Inputs:
     """The first two samples of ``x`` (the first one twice when there is only one)."""
-    return x[:2] if x.shape[0] >= 2 else x[[0, 0]]
+    return take(x, slice(0, 2) if batch_length(x, "ntk", "x") >= 2 else [0, 0])
 
 
 def prepare(
     model: nn.Module,
-    x1: Tensor,
-    x2: Tensor | None,
+    x1: Inputs,
+    x2: Inputs | None,
     mode: str,
     params: Mapping[str, Tensor] | None,
     dtype: torch.dtype | None,
@@ -101,17 +113,18 @@ def prepare(
     x1 = _check_input(x1, "x1", model)
     same = x2 is None
     x2 = x1 if x2 is None else _check_input(x2, "x2", model)
-    if x1.shape[1:] != x2.shape[1:]:
+    if trailing_shapes(x1) != trailing_shapes(x2):
         raise ShapeError(
-            f"ntk: x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} differ after the batch axis"
+            f"ntk: x1 {trailing_shapes(x1)} and x2 {trailing_shapes(x2)} differ after the "
+            "batch axis"
         )
     if dtype is not None:
         point = to_dtype(point, dtype)
-        x1 = x1.to(dtype) if x1.is_floating_point() else x1
-        x2 = x2.to(dtype) if x2.is_floating_point() else x2
+        x1, x2 = floats_to(x1, dtype), floats_to(x2, dtype)
     floating = next((t.dtype for t in point.values() if t.is_floating_point()), None)
-    check_input_dtype(x1, floating, "ntk", "x1")
-    check_input_dtype(x2, floating, "ntk", "x2")
+    for name, x in (("x1", x1), ("x2", x2)):
+        for t in tensors(x):
+            check_input_dtype(t, floating, "ntk", name)
     problem = KernelProblem(model, point, x1, x2, 0, mode, same, output)  # type: ignore[arg-type]
     try:
         with torch.no_grad():
@@ -119,7 +132,8 @@ def prepare(
             problem.outputs = problem.forward(point, two_samples(x1)).shape[1]
     except (RuntimeError, IndexError) as error:
         raise ShapeError(
-            f"ntk: the model cannot evaluate x1 of shape {tuple(x1.shape)}: {error}"
+            f"ntk: the model cannot evaluate x1 of shape {trailing_shapes(x1)} after the batch "
+            f"axis: {error}"
         ) from None
     return problem
 
@@ -134,7 +148,7 @@ def finish(full_block: Tensor, mode: Mode) -> Tensor:
 
 def allocate(problem: KernelProblem) -> Tensor:
     """Zeros in the kernel's shape for ``problem.mode``."""
-    n1, n2, o = problem.x1.shape[0], problem.x2.shape[0], problem.outputs
+    n1, n2, o = problem.n1, problem.n2, problem.outputs
     shape = {"full": (n1, n2, o, o), "trace": (n1, n2), "diagonal": (n1, n2, o)}[problem.mode]
     ref = next(iter(problem.params.values()))
     return torch.zeros(shape, dtype=ref.dtype, device=ref.device)

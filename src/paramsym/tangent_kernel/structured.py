@@ -55,7 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.model_checks import chain_hazards
-from paramsym.errors import ParamsymWarning
+from paramsym.errors import InvalidArgumentError, ParamsymWarning
 from paramsym.nn.layers import NTKLinear
 from paramsym.tangent_kernel.factorised import (
     Layer,
@@ -350,6 +350,11 @@ def _mismatch(
     return (error / scale) ** 0.5
 
 
+def _short(error: BaseException) -> str:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"cannot be checked: torch.func fails on the forward ({first[:160]})"
+
+
 def _verify(
     problem: KernelProblem,
     layers: Sequence[Layer],
@@ -373,7 +378,11 @@ def _verify(
             return _tapped(problem, group, {**problem.params, **free}, x, eps)
 
         zeros = _zeros(problem, {layer.name: shapes[layer.name] for layer in group}, x.shape[0])
-        out, pull, captured = torch.func.vjp(tapped, zeros, sub, has_aux=True)  # type: ignore[misc]
+        try:
+            out, pull, captured = torch.func.vjp(tapped, zeros, sub, has_aux=True)  # type: ignore[misc]
+        except RuntimeError as error:  # torch.func refuses the forward (a custom autograd.Function)
+            failed.update(dict.fromkeys((layer.name for layer in group), _short(error)))
+            continue
         if u is None:
             u = torch.randn(out.shape, generator=generator, dtype=out.dtype).to(out.device)
             u[1:] = 0.0  # only the first sample
@@ -433,11 +442,23 @@ def statically_verified(model: nn.Module) -> bool:
     return True
 
 
+def _tensor_inputs(problem: KernelProblem) -> tuple[Tensor, Tensor]:
+    """x1 and x2 as tensors: the per-layer factorisation reads layer inputs off one tensor
+    batch (:func:`~paramsym.tangent_kernel.ntk` refuses keyword inputs here)."""
+    if not isinstance(problem.x1, Tensor) or not isinstance(problem.x2, Tensor):
+        raise InvalidArgumentError(
+            "ntk(method='structured'): the per-layer factorisation takes a tensor input; with "
+            "keyword inputs use method='auto', 'jacobian' or 'vp'"
+        )
+    return problem.x1, problem.x2
+
+
 def plan_structured(problem: KernelProblem) -> StructuredPlan:
     """Choose and verify the layers computed structurally (module docstring)."""
     layers, reasons = candidate_layers(problem.model, problem.params)
     if layers:
-        probe = two_samples(problem.x1)
+        probe = two_samples(_tensor_inputs(problem)[0])
+        assert isinstance(probe, Tensor)
         static = statically_verified(problem.model)
         calls_two = _record_calls(problem, layers, probe)
         calls_one = calls_two if static else _record_calls(problem, layers, probe[:1])
@@ -471,7 +492,7 @@ def plan_structured(problem: KernelProblem) -> StructuredPlan:
 def _tile_size(problem: KernelProblem, plan: StructuredPlan, budget: int) -> int:
     """Largest tile whose inputs, cotangents and per-layer blocks fit in ``budget`` bytes."""
     if not plan.layers:
-        return max(problem.x1.shape[0], problem.x2.shape[0])
+        return max(problem.n1, problem.n2)
     o = problem.outputs
     per_sample, pair = 0, o * o
     for layer in plan.layers:
@@ -528,10 +549,11 @@ def structured_kernel(
             for layer in layers
         }
 
-    for s1 in tiles(problem.x1.shape[0], tile):
-        f1 = represent(problem.x1[s1])
-        for s2 in tiles(problem.x2.shape[0], tile):
-            f2 = f1 if problem.same and s1 == s2 else represent(problem.x2[s2])
+    x1, x2 = _tensor_inputs(problem)
+    for s1 in tiles(problem.n1, tile):
+        f1 = represent(x1[s1])
+        for s2 in tiles(problem.n2, tile):
+            f2 = f1 if problem.same and s1 == s2 else represent(x2[s2])
             block = _contraction_block(
                 problem.outputs, s1.stop - s1.start, s2.stop - s2.start, problem.mode, result
             )
