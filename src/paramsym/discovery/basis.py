@@ -118,7 +118,9 @@ class BasisAnsatz(Ansatz):
                     for _ in range(points)
                 ]
             ).T
-        u, s, _ = svd(stacked, full_matrices=True)
+        # U must be square (its trailing columns are the relations); V never is needed, and a
+        # full one is (P·points)² entries: 29472² for three points of a 9824-parameter model
+        u, s, _ = svd(stacked, full_matrices=stacked.shape[0] > stacked.shape[1])
         rank = int((s > s.max() * 1e-10).sum()) if s.numel() else 0
         return u[:, rank:].T.contiguous()
 

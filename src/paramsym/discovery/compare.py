@@ -181,9 +181,14 @@ def compare_to_catalogue(
         symmetries = detect(
             model, example_input, data_dependent=result.data_dependent, loss_fn=loss_fn
         )
-    x = result.batch[0] if result.batch is not None else None
+    batch_x = result.batch[0] if result.batch is not None else None
+    x = batch_x if isinstance(batch_x, Tensor) else None  # data-dependent actions take a tensor
     continuous = [s for s in symmetries if s.dim > 0 and (not s.data_dependent or x is not None)]
-    skipped = []
+    skipped = [
+        f"{s.name}: a data-dependent action needs a tensor batch, not keyword inputs"
+        for s in symmetries
+        if s.dim > 0 and s.data_dependent and isinstance(batch_x, dict)
+    ]
     for s in list(continuous):  # an action that cannot act on this batch is left out, named
         try:
             s.tangent(

@@ -156,9 +156,14 @@ def discover_symmetries(
 
     Args:
         model: the network; its trainable parameters are the unknowns' domain (P of them).
-        loss_fn: ``loss_fn(output, target) -> scalar``, a sum or mean over examples.
+        loss_fn: ``loss_fn(output, target) -> scalar``, a sum or mean over examples;
+            ``output`` is what the model returns.
         data: an ``(x, y)`` batch, a sequence/iterable of batches (cycled), or a callable
-            returning a fresh batch (given the generator if it takes an argument). Data-
+            returning a fresh batch (given the generator if it takes an argument); x is a
+            tensor or a mapping of tensors with the batch axis first (keyword inputs:
+            ``{"input_ids": ids}``, a tokenizer's ``BatchEncoding``), passed to the model as
+            :func:`paramsym.functional_call` does, and ``loss_fn`` receives what the model
+            returns (a ``ModelOutput`` too). Data-
             independent discovery should see fresh data at every draw: a callable, or many
             batches; with one batch it finds the symmetries *of that batch* (see
             ``data_dependent``).
@@ -180,8 +185,9 @@ def discover_symmetries(
             ``params`` or the model's point, relative scale ``theta_scale``) or a callable
             ``theta(generator) -> params``.
         params: centre of ``theta="gaussian"`` (default: the model's parameters).
-        per_example: one row per example (the per-point loss of Def. 1.3.4; default) or one
-            per batch.
+        per_example: one row per example (the per-point loss of Def. 1.3.4; default; x and
+            y are split along their first axis, a mapping x tensor by tensor) or one per
+            batch.
         batches_per_sample: batches per θ draw (data-independent discovery).
         solver: ``"dense"`` (one SVD of the stacked rows), ``"unitwise"`` (the layer-pair
             ansatz of an MLP split by hidden unit, :mod:`paramsym.discovery.unitwise`), or
@@ -201,8 +207,11 @@ def discover_symmetries(
         (:class:`~paramsym.errors.AmbiguousDimensionWarning`).
 
     Raises:
-        InvalidArgumentError: no parameters, an all-zero input batch, an ansatz too large for
-            ``max_memory`` (with the size it needs), bad arguments.
+        InvalidArgumentError: no parameters, an all-zero input batch, a batch that is not an
+            ``(x, y)`` pair of the forms above, an ansatz too large for ``max_memory`` (with
+            the size it needs), bad arguments.
+        ShapeError: a batch whose tensors differ in batch length, or (per example) a y
+            without one row per example.
         DiscoveryError: every sampled loss gradient is zero against the ansatz.
     """
     start = time.perf_counter()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
+from paramsym.core.batches import Inputs
 from paramsym.core.params import Params
 
 if TYPE_CHECKING:
@@ -166,8 +167,8 @@ class DiscoveryResult:
     ansatz_object: Ansatz | None = field(default=None, repr=False)
     points: list[Params] = field(default_factory=list, repr=False)
     """A few of the sampled θ (for :func:`~paramsym.discovery.compare_to_catalogue`)."""
-    batch: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
-    """The fixed batch of a data-dependent discovery."""
+    batch: tuple[Inputs, Tensor] | None = field(default=None, repr=False)
+    """The fixed batch ``(x, y)`` of a data-dependent discovery (x a tensor or named tensors)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers for JSON: the singular values in full up to 2000 of them, otherwise

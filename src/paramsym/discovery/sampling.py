@@ -16,7 +16,13 @@ Parameter draws (``theta=``):
 * a callable ``theta(generator) -> params dict``.
 
 Data (``data=``): one ``(x, y)`` batch, a sequence or iterable of batches (cycled), or a
-callable that returns a fresh batch (called with the generator if it takes an argument).
+callable that returns a fresh batch (called with the generator if it takes an argument). In a
+batch, x is a tensor or a mapping of tensors with the batch axis first (keyword inputs, as a
+Hugging Face model takes them: ``{"input_ids": ids}`` or a tokenizer's ``BatchEncoding``;
+:mod:`paramsym.core.batches`), and y a tensor. The model is called as
+:func:`paramsym.functional_call` calls it: a mapping as keyword inputs, with
+``use_cache=False`` for a decoder. ``loss_fn`` receives what the model returns (a
+``ModelOutput`` too).
 """
 
 from __future__ import annotations
@@ -31,13 +37,23 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.backends import differentiable_attention
+from paramsym.core.batches import (
+    Inputs,
+    as_inputs,
+    batch_length,
+    floats_to,
+    one_sample_batch,
+    samples,
+    tensors,
+)
 from paramsym.core.params import Params, check_finite, functional_call
-from paramsym.errors import InvalidArgumentError, NonFiniteError
+from paramsym.errors import InvalidArgumentError, NonFiniteError, ShapeError
 
-Batch = tuple[Tensor, Tensor]
+Batch = tuple[Inputs, Tensor]
+"""``(x, y)``: x a tensor or named tensors (keyword inputs), batch axis first; y a tensor."""
 ThetaSpec = Literal["init", "gaussian"] | Callable[[torch.Generator], Mapping[str, Tensor]]
 DataSpec = Batch | Iterable[Batch] | Callable[..., Batch]
-LossFn = Callable[[Tensor, Tensor], Tensor]
+LossFn = Callable[[Any, Tensor], Tensor]
 
 
 def _seed(generator: torch.Generator) -> int:
@@ -140,23 +156,36 @@ class ParameterSampler:
         return out
 
 
+BATCH_FORMS = (
+    "an (x, y) pair: x a tensor or a mapping of tensors with the batch axis first (keyword "
+    "inputs such as {'input_ids': ids}), y a tensor"
+)
+
+
 def _check_batch(batch: Any, dtype: torch.dtype, where: str) -> Batch:
+    """``batch`` as ``(x, y)`` with x's floating tensors and a floating y in ``dtype``; raises
+    naming what is wrong (and the accepted forms)."""
     if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
         raise InvalidArgumentError(
-            f"{where}: a batch must be an (x, y) pair of tensors, got {type(batch).__name__}"
+            f"{where}: a batch must be {BATCH_FORMS}; got {type(batch).__name__}"
         )
     x, y = batch
-    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
-        raise InvalidArgumentError(f"{where}: a batch must be an (x, y) pair of tensors")
-    if x.is_floating_point():
-        x = x.to(dtype)
+    if not isinstance(x, (Tensor, Mapping)):
+        raise InvalidArgumentError(
+            f"{where}: a batch must be {BATCH_FORMS}; got x of type {type(x).__name__}"
+        )
+    if not isinstance(y, Tensor):
+        raise InvalidArgumentError(
+            f"{where}: a batch must be {BATCH_FORMS}; got y of type {type(y).__name__}"
+        )
+    if isinstance(x, Tensor) and x.numel() == 0:
+        raise InvalidArgumentError(f"{where}: the batch x is empty")
+    x = floats_to(as_inputs(x, where, "the batch x"), dtype)
     if y.is_floating_point():
         y = y.to(dtype)
-    if x.numel() == 0 or x.shape[0] == 0:
-        raise InvalidArgumentError(f"{where}: the batch x is empty")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+    if any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors(x)):
         raise NonFiniteError(f"{where}: the batch x has NaN or infinite entries")
-    if not bool((x != 0).any()):
+    if not any(bool((t != 0).any()) for t in tensors(x)):
         raise InvalidArgumentError(
             f"{where}: the input batch x is all zero; the loss gradients then carry no "
             "information about how the parameters act on data, so no symmetry can be "
@@ -166,7 +195,12 @@ def _check_batch(batch: Any, dtype: torch.dtype, where: str) -> Batch:
 
 
 def _is_single_batch(data: Any) -> bool:
-    return isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], Tensor)
+    """Whether ``data`` is one ``(x, y)`` batch rather than a sequence of batches."""
+    return (
+        isinstance(data, (tuple, list))
+        and len(data) == 2
+        and (isinstance(data[0], (Tensor, Mapping)) or isinstance(data[1], Tensor))
+    )
 
 
 class DataStream:
@@ -252,6 +286,25 @@ def _takes_argument(fn: Callable[..., Any]) -> bool:
     return len(required) >= 1
 
 
+def _joined(xs: Sequence[Inputs], join: Callable[[list[Tensor]], Tensor]) -> Inputs:
+    """The batches' inputs joined tensor by tensor (``torch.cat`` or ``torch.stack``)."""
+    plain = [x for x in xs if isinstance(x, Tensor)]
+    if len(plain) == len(xs):
+        return join(plain)
+    named = [x for x in xs if isinstance(x, dict)]
+    if len(named) != len(xs) or any(x.keys() != named[0].keys() for x in named):
+        raise ShapeError(
+            "discover_symmetries(data): every batch's x must have the same form, a tensor or a "
+            "mapping with the same keys; got "
+            + ", ".join(sorted({str(sorted(x)) if isinstance(x, dict) else "a tensor" for x in xs}))
+        )
+    return {k: join([x[k] for x in named]) for k in named[0]}
+
+
+def _shapes(x: Inputs) -> Any:
+    return {k: t.shape for k, t in x.items()} if isinstance(x, dict) else x.shape
+
+
 def loss_gradients(
     model: nn.Module,
     loss_fn: LossFn,
@@ -261,33 +314,42 @@ def loss_gradients(
     per_example: bool,
 ) -> Tensor:
     """Flattened loss gradients at θ, shape (b, P): one row per example of every batch
-    (``per_example``) or one per batch. One ``vmap`` call when the shapes allow it, a loop
-    otherwise (models that do not vmap)."""
+    (``per_example``; a mapping x is split along the batch axis of its tensors) or one per
+    batch. One ``vmap`` call when the shapes allow it, a loop otherwise (models that do not
+    vmap)."""
     fixed = {k: v for k, v in params.items() if k not in names}
     theta = {n: params[n] for n in names}
 
-    def loss(theta: dict[str, Tensor], xs: Tensor, ys: Tensor) -> Tensor:
+    def loss(theta: dict[str, Tensor], xs: Inputs, ys: Tensor) -> Tensor:
         return loss_fn(functional_call(model, {**fixed, **theta}, xs), ys)
 
     gradient = torch.func.grad(loss)
     if per_example:
-        x = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
+        xs = _joined([b[0] for b in batches], torch.cat)
+        ys = torch.cat([b[1] for b in batches])
+        count = batch_length(xs, "discover_symmetries(data)", "x")
+        if ys.ndim == 0 or ys.shape[0] != count:
+            raise ShapeError(
+                f"discover_symmetries(data): per_example=True splits x and y into examples, but "
+                f"x has {count} and y has shape {tuple(ys.shape)}; give y one row per example"
+            )
 
-        def one(theta: dict[str, Tensor], xi: Tensor, yi: Tensor) -> dict[str, Tensor]:
-            return gradient(theta, xi.unsqueeze(0), yi.unsqueeze(0))
+        def one(theta: dict[str, Tensor], xi: Inputs, yi: Tensor) -> dict[str, Tensor]:
+            return gradient(theta, one_sample_batch(xi), yi.unsqueeze(0))
 
-        fn: Callable[[dict[str, Tensor], Tensor, Tensor], dict[str, Tensor]] = one
-        xs, ys = x, y
+        fn: Callable[[dict[str, Tensor], Any, Tensor], dict[str, Tensor]] = one
+        pieces = list(zip(samples(xs), ys.split(1), strict=True))
     else:
         fn = gradient
+        pieces = list(batches)
         same = all(
-            b[0].shape == batches[0][0].shape and b[1].shape == batches[0][1].shape for b in batches
+            _shapes(b[0]) == _shapes(batches[0][0]) and b[1].shape == batches[0][1].shape
+            for b in batches
         )
         if not same:
-            rows = [gradient(theta, bx, by) for bx, by in batches]
+            rows = [gradient(theta, bx, by) for bx, by in pieces]
             return torch.stack([torch.cat([r[n].reshape(-1) for n in names]) for r in rows])
-        xs = torch.stack([b[0] for b in batches])
+        xs = _joined([b[0] for b in batches], torch.stack)
         ys = torch.stack([b[1] for b in batches])
     try:
         # the math attention kernel has batching rules; the fused CPU kernels' backward has
@@ -295,9 +357,9 @@ def loss_gradients(
         with differentiable_attention():
             grads = torch.func.vmap(fn, in_dims=(None, 0, 0))(theta, xs, ys)
     except (RuntimeError, NotImplementedError, ValueError):
-        rows = [fn(theta, xs[i], ys[i]) for i in range(xs.shape[0])]
+        rows = [gradient(theta, bx, by) for bx, by in pieces]
         grads = {n: torch.stack([r[n] for r in rows]) for n in names}
-    return torch.cat([grads[n].reshape(xs.shape[0], -1) for n in names], dim=1)
+    return torch.cat([grads[n].reshape(len(pieces), -1) for n in names], dim=1)
 
 
 POINTS_KEPT = 4

@@ -27,7 +27,7 @@ from paramsym.discovery.sampling import (
 )
 from paramsym.discovery.solve import ROW_RANK_RTOL, StackedSystem, compress, draws_needed
 from paramsym.discovery.unitwise import Chain, UnitSolution, record, solve_units, unit_coefficients
-from paramsym.errors import DiscoveryError
+from paramsym.errors import DiscoveryError, InvalidArgumentError
 
 PROBED_UNITS = 3
 """Unit systems per layer whose rank the first draw is measured on."""
@@ -132,8 +132,13 @@ def run_unitwise(
         count = 0
         out_rows: list[Tensor] = []
         out_scales: list[Tensor] = []
-        for batch in batches:
-            rec = record(chain, loss_fn, point, batch, input_grad=inputs is not None)
+        for x, y in batches:
+            if not isinstance(x, Tensor):  # an nn.Sequential takes one tensor
+                raise InvalidArgumentError(
+                    "discover_symmetries: the unit-wise solver runs an nn.Sequential MLP, whose "
+                    "input is one tensor, not keyword inputs"
+                )
+            rec = record(chain, loss_fn, point, (x, y), input_grad=inputs is not None)
             evaluations += 1
             k = rec.inputs[0].shape[0]
             count += k

@@ -25,6 +25,7 @@ from paramsym.equivariance.forward import LossFn, forward, gradient_point, warn_
 from paramsym.equivariance.result import IdentityResult, distance, norm, ratio
 from paramsym.equivariance.sanity import discrete_sanity
 from paramsym.errors import FixedPointError, ShapeError
+from paramsym.tangent_kernel.outputs import OutputSelector
 
 
 def _probe_vectors(
@@ -57,8 +58,10 @@ def theorem2(
     generator: torch.Generator,
     probes: int | Tensor,
     fixed_tol: float,
+    output: OutputSelector = None,
 ) -> IdentityResult:
-    """Theorem 2 items 1-2 at θ; raises :class:`FixedPointError` off the fixed set."""
+    """Theorem 2 items 1-2 at θ, f the tensor ``output`` selects; raises
+    :class:`FixedPointError` off the fixed set."""
     offset = sym.distance(params)
     if not offset <= fixed_tol:
         raise FixedPointError(
@@ -67,14 +70,22 @@ def theorem2(
             "params = sym.project(params) (the group average; pass fixed_point_projector= to "
             "DiscreteSymmetry for a nonlinear T)"
         )
-    leaves, y, loss, hits, where = forward(
-        model, loss_fn, x, target, params, "check_identities", detect_kinks=sanity
+    leaves, y, loss, hits, where, _ = forward(
+        model, loss_fn, x, target, params, "check_identities", detect_kinks=sanity, output=output
     )
     warn_kinks(hits, where, sym.name)
     sanity_residuals: dict[str, float] = {}
     if sanity:
         sanity_residuals = discrete_sanity(
-            model, x, sym.apply, params, sym.name, scale=scale, generator=generator, tol=tol
+            model,
+            x,
+            sym.apply,
+            params,
+            sym.name,
+            scale=scale,
+            generator=generator,
+            tol=tol,
+            output=output,
         )
     point = gradient_point(leaves, y, loss, hits, create_graph="thm2_item2" in wanted)
     grad_L = point.flat_gradient

@@ -9,12 +9,24 @@ more backward pass through that graph (reverse-over-reverse, as in
 It also watches the forward for activations evaluated exactly at a kink (ReLU at 0, ...): f is
 not C² there and the second-order identities need not hold (notes 003 §8.9), which is reported
 as a :class:`~paramsym.errors.NonSmoothWarning`.
+
+**Models that return more than a tensor.** f(θ) is one tensor: the model's output, or the
+tensor ``output=`` picks from a tuple or a Hugging Face ``ModelOutput``
+(:data:`~paramsym.tangent_kernel.outputs.OutputSelector`). By default a mapping output with a
+single field that is a tensor gives that tensor: the ``last_hidden_state`` or ``logits`` of a
+decoder called with ``use_cache=False`` (a ``ModelOutput`` lists only the fields set).
+``loss_fn`` still receives what the model returns: the same tuple or ``ModelOutput``, with f
+in the place it was selected from and every other tensor field held at its value at θ
+(detached), so that L = ℓ∘f exactly, with ℓ(y) = ``loss_fn(output with y in place, target)``
+(:func:`loss_input`). An ``output`` callable that computes a new tensor
+(``lambda o: o.logits[:, -1]``) has no place in the output: ``loss_fn`` then receives f itself.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +45,10 @@ from paramsym.core.params import (
     resolve_trainable,
 )
 from paramsym.errors import InvalidArgumentError, NonFiniteError, NonSmoothWarning
+from paramsym.tangent_kernel.outputs import OutputSelector, select_output
 
-LossFn = Callable[[Tensor, Tensor], Tensor]
+LossFn = Callable[[Any, Tensor], Tensor]
+"""``loss_fn(output, target) -> scalar``, ``output`` what the model returns (module docstring)."""
 
 
 def _kinks_of(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[float, ...]:
@@ -92,7 +106,7 @@ def unpack_batch(batch: Any, where: str) -> tuple[Any, Tensor]:
     return batch[0], batch[1]
 
 
-def scalar_loss(loss_fn: LossFn, output: Tensor, target: Tensor, where: str) -> Tensor:
+def scalar_loss(loss_fn: LossFn, output: Any, target: Tensor, where: str) -> Tensor:
     """``loss_fn(output, target)`` as a 0-d tensor, or an error saying how to make it one."""
     loss = loss_fn(output, target)
     if not isinstance(loss, Tensor) or loss.numel() != 1:
@@ -122,23 +136,90 @@ def prepare(
     return point, x, target
 
 
-def model_output(model: nn.Module, params: Mapping[str, Tensor], x: Any, where: str) -> Tensor:
-    """f(θ): the model's output on the batch, which must be one tensor."""
+def pick_output(raw: Any, output: OutputSelector, model: nn.Module, where: str) -> Tensor:
+    """f(θ) from the model's return value ``raw``: the tensor ``output`` selects, or (``output``
+    ``None``) ``raw`` itself when it is a tensor, or the field of a mapping output with one field
+    (a ``ModelOutput`` lists only the fields that are set) when that is a tensor. Anything else
+    raises, naming what came back and the ``output=`` to pass: with several fields, which one
+    the loss reads is not for paramsym to guess."""
+    if output is None and isinstance(raw, Mapping) and len(raw) == 1:
+        (only,) = raw.values()
+        if isinstance(only, Tensor):
+            return only
+    return select_output(raw, output, model, where)
+
+
+def _held(value: Any) -> Any:
+    """A field of the model's output held fixed: tensors (also in a tuple or list) detached."""
+    if isinstance(value, Tensor):
+        return value.detach()
+    if type(value) in (tuple, list):
+        return type(value)(_held(item) for item in value)
+    return value
+
+
+def loss_input(raw: Any, selected: Tensor) -> Callable[[Tensor], Any]:
+    """``y ↦`` what ``loss_fn`` receives for the output value y: ``raw`` (a tuple, list, mapping
+    or ``ModelOutput``) with y in the place of ``selected`` and every other field held
+    (:func:`_held`); y itself when ``raw`` is that tensor or ``selected`` is not one of its
+    fields (a callable ``output`` that computes a new tensor)."""
+    if isinstance(raw, tuple | list):
+        slot = next((i for i, item in enumerate(raw) if item is selected), None)
+        if slot is not None:
+            held = [_held(item) for item in raw]
+
+            def into_sequence(y: Tensor) -> Any:
+                items = [y if i == slot else item for i, item in enumerate(held)]
+                return type(raw)(*items) if hasattr(raw, "_fields") else type(raw)(items)
+
+            return into_sequence
+    elif isinstance(raw, Mapping):
+        key = next((k for k, item in raw.items() if item is selected), None)
+        if key is not None:
+            template = copy.copy(raw) if isinstance(raw, MutableMapping) else dict(raw)
+            for k, item in raw.items():
+                template[k] = _held(item)
+
+            def into_mapping(y: Tensor) -> Any:
+                filled = copy.copy(template)
+                filled[key] = y
+                return filled
+
+            return into_mapping
+    return lambda y: y
+
+
+def evaluate(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    x: Any,
+    where: str,
+    output: OutputSelector = None,
+) -> tuple[Tensor, Callable[[Tensor], Any]]:
+    """f(θ) on the batch (:func:`pick_output`; it must be finite) and :func:`loss_input` of the
+    model's return value. ``x`` is a tensor, a tuple of positional inputs or a mapping of keyword
+    inputs (:func:`paramsym.core.calls.call_arguments`)."""
     with differentiable_attention():
-        y = functional_call(model, params, x)
-    if not isinstance(y, Tensor):
-        raise InvalidArgumentError(
-            f"{where}: the model returns {type(y).__name__}, not a tensor; the identities need "
-            "f(θ) as one tensor (wrap the model so that its forward returns the output used by "
-            "the loss)"
-        )
+        raw = functional_call(model, params, x)
+    y = pick_output(raw, output, model, where)
     if not bool(torch.isfinite(y).all()):
         raise NonFiniteError(
             f"{where}: f(θ) has NaN or infinite entries at these parameters, so no identity can "
             "be checked there (e.g. a normalisation layer with eps = 0 over a group whose "
             "features are all equal)"
         )
-    return y
+    return y, loss_input(raw, y)
+
+
+def model_output(
+    model: nn.Module,
+    params: Mapping[str, Tensor],
+    x: Any,
+    where: str,
+    output: OutputSelector = None,
+) -> Tensor:
+    """f(θ): the model's output on the batch, or the tensor ``output`` selects from it."""
+    return evaluate(model, params, x, where, output)[0]
 
 
 @dataclass
@@ -221,20 +302,25 @@ def forward(
     where: str,
     *,
     detect_kinks: bool = True,
-) -> tuple[Params, Tensor, Tensor, int, list[str]]:
-    """Leaves, f(θ) and L(θ) with their graph, and the kink count of the forward at θ (0 when
-    ``detect_kinks`` is off: watching every operation of the forward costs about 0.1 gradient
-    evaluations on an MLP)."""
+    output: OutputSelector = None,
+) -> tuple[Params, Tensor, Tensor, int, list[str], Callable[[Tensor], Tensor]]:
+    """Leaves, f(θ) and L(θ) = ℓ(f(θ)) with their graph, the kink count of the forward at θ (0
+    when ``detect_kinks`` is off: watching every operation of the forward costs about 0.1
+    gradient evaluations on an MLP), and ℓ as a function of f (module docstring)."""
     leaves = {k: t.detach().requires_grad_(True) for k, t in params.items()}
     detector = KinkDetector()
     with torch.enable_grad():
         if detect_kinks:
             with detector:
-                y = model_output(model, leaves, x, where)
+                y, into = evaluate(model, leaves, x, where, output)
         else:
-            y = model_output(model, leaves, x, where)
-        loss = scalar_loss(loss_fn, y, target, where)
-    return leaves, y, loss, detector.hits, detector.where
+            y, into = evaluate(model, leaves, x, where, output)
+
+        def ell(value: Tensor) -> Tensor:
+            return scalar_loss(loss_fn, into(value), target, where)
+
+        loss = ell(y)
+    return leaves, y, loss, detector.hits, detector.where, ell
 
 
 def warn_kinks(hits: int, where: list[str], name: str) -> None:

@@ -23,6 +23,12 @@ For a :class:`~paramsym.equivariance.DiscreteSymmetry` at a fixed point it check
 every one here is the reconstruction of notes 003, verified there numerically and in this
 package's tests against dense oracles.
 
+f is one tensor. For a model that returns a tuple or a Hugging Face ``ModelOutput`` (called
+with a dict of keyword inputs, ``{"input_ids": ids}``, and ``use_cache=False``), ``output=``
+picks it, and a ``ModelOutput`` with one field, a tensor (``last_hidden_state``, ``logits``),
+needs no ``output=``; ``loss_fn`` still receives the model's own output object, with the other
+fields held fixed so that L = ℓ∘f (:mod:`paramsym.equivariance.forward`).
+
 **Cost.** The model runs forward once, with its graph kept; ∇L comes from that graph with
 ``create_graph=True`` and each H J_j is one more backward pass (reverse-over-reverse); the
 output-side terms of item 2a are folded into one VJP Fᵀu_j per generator (``fused=True`` folds
@@ -59,7 +65,6 @@ from paramsym.equivariance.forward import (
     forward,
     gradient_point,
     prepare,
-    scalar_loss,
     warn_kinks,
 )
 from paramsym.equivariance.jacobians import check_solver, pick_method
@@ -69,6 +74,7 @@ from paramsym.equivariance.sides import SecondDerivatives, Side, operator_estima
 from paramsym.equivariance.transformations import Equivariance
 from paramsym.errors import InvalidArgumentError, ShapeError
 from paramsym.symmetry.base import Symmetry
+from paramsym.tangent_kernel.outputs import OutputSelector, check_output_selector
 
 _ALIASES = {
     "item2b": ("item2b_gg", "item2b_mixed", "consistency"),
@@ -134,13 +140,20 @@ def check_identities(
     fused: bool = False,
     probes: int | Tensor = 2,
     fixed_tol: float | None = None,
+    output: OutputSelector = None,
 ) -> IdentityResult:
     """Check seed 003's identities for ``transformation`` at θ (and g); see the module docstring.
 
     Args:
-        model: the network; f(θ) = ``model(x)`` at the parameters θ, one tensor.
-        loss_fn: ``loss_fn(output, target) -> scalar`` (ℓ).
-        batch: ``(x, target)``.
+        model: the network; f(θ) = ``model(x)`` at the parameters θ, one tensor (see
+            ``output``).
+        loss_fn: ``loss_fn(output, target) -> scalar`` (ℓ), given what the model returns: a
+            tensor, or the model's tuple or ``ModelOutput`` with f(θ) in its place and every
+            other field held fixed (detached), so that L = ℓ∘f. When a callable ``output``
+            computes a new tensor, ``loss_fn`` receives that tensor.
+        batch: ``(x, target)``; x a tensor, a tuple of positional inputs or a mapping of
+            keyword inputs (``{"input_ids": ids}``, a tokenizer's ``BatchEncoding``), passed
+            as :func:`paramsym.functional_call` does (``use_cache=False`` for a decoder).
         transformation: an :class:`Equivariance` (Theorem 1), a :class:`DiscreteSymmetry`
             (Theorem 2, at a fixed point), or a continuous catalogue :class:`~paramsym.Symmetry`
             (converted by :meth:`Equivariance.from_symmetry`).
@@ -174,6 +187,13 @@ def check_identities(
             ``(m, P)`` tensor.
         fixed_tol: largest relative distance ‖T(θ) − θ‖/‖θ‖ from the fixed set accepted for
             Theorem 2 (default 1e3·eps).
+        output: f(θ) when the forward returns more than a tensor
+            (:data:`~paramsym.tangent_kernel.outputs.OutputSelector`): a tuple index, a key or
+            attribute name (``"logits"``) or a callable of the raw output. ``None`` (default):
+            the output itself when it is a tensor, or the field of a mapping output with one
+            field that is a tensor (a ``ModelOutput`` such as ``BaseModelOutputWithPast``
+            holding only ``last_hidden_state``); otherwise an
+            :class:`~paramsym.errors.InvalidArgumentError` names the fields and ``output=``.
 
     Returns:
         an :class:`IdentityResult` (``.residuals``, ``.lhs``, ``.rhs``, ``.holds(tol)``).
@@ -195,6 +215,7 @@ def check_identities(
     >>> result.holds(1e-9), sorted(result.residuals)
     (True, ['consistency', 'item1', 'item2a', 'item2b_gg', 'item2b_mixed'])
     """
+    check_output_selector(output, "check_identities")
     point, x, target = prepare(model, batch, params, "check_identities")
     check_solver(solver)
     floating = next(t for t in point.values() if t.is_floating_point())
@@ -231,6 +252,7 @@ def check_identities(
             generator=rng,
             probes=probes,
             fixed_tol=distance_tol,
+            output=output,
         )
     if not isinstance(transformation, Equivariance):
         raise InvalidArgumentError(
@@ -255,6 +277,7 @@ def check_identities(
         hessian_norm=hessian_norm,
         operator_norms=operator_norms,
         fused=fused,
+        output=output,
     )
 
 
@@ -287,9 +310,10 @@ def _theorem1(
     hessian_norm: float | None,
     operator_norms: bool | None,
     fused: bool,
+    output: OutputSelector,
 ) -> IdentityResult:
-    leaves, y, loss, hits, where = forward(
-        model, loss_fn, x, target, params, "check_identities", detect_kinks=sanity
+    leaves, y, loss, hits, where, ell = forward(
+        model, loss_fn, x, target, params, "check_identities", detect_kinks=sanity, output=output
     )
     warn_kinks(hits, where, eq.name)
     y0 = y.detach()
@@ -297,7 +321,7 @@ def _theorem1(
     output_identity = True
     if sanity:
         sanity_residuals, output_identity = continuous_sanity(
-            model, x, eq, params, y0, g, scale=scale, generator=generator, tol=tol
+            model, x, eq, params, y0, g, scale=scale, generator=generator, tol=tol, output=output
         )
     second = any(name in wanted for name in ("item2a", "item2b_gg", "item2b_mixed"))
     point = gradient_point(leaves, y, loss, hits, create_graph=second)
@@ -335,7 +359,7 @@ def _theorem1(
     if not eq.symmetry:
         y_leaf = y0.clone().requires_grad_(True)
         with torch.enable_grad():
-            loss_out = scalar_loss(loss_fn, y_leaf, target, "check_identities")
+            loss_out = ell(y_leaf)
             (dl,) = torch.autograd.grad(loss_out, y_leaf, create_graph=second)
         grad_l = dl.detach().reshape(-1)
 

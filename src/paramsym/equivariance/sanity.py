@@ -29,6 +29,7 @@ from paramsym.core.params import Params, flatten
 from paramsym.equivariance.forward import model_output
 from paramsym.equivariance.transformations import Equivariance
 from paramsym.errors import ApproximateEquivarianceWarning, EquivarianceError
+from paramsym.tangent_kernel.outputs import OutputSelector
 
 
 def relative_difference(a: Tensor, b: Tensor) -> float:
@@ -76,8 +77,10 @@ def continuous_sanity(
     scale: float,
     generator: torch.Generator,
     tol: float,
+    output: OutputSelector = None,
 ) -> tuple[dict[str, float], bool]:
-    """Residuals of eq. (1) at g₀, a random g and ``g``; and whether S(·, g₀) = id near y0.
+    """Residuals of eq. (1) at g₀, a random g and ``g``; and whether S(·, g₀) = id near y0
+    (f is the tensor ``output`` selects, :func:`~paramsym.equivariance.forward.pick_output`).
 
     Raises :class:`EquivarianceError` if g₀ is not an identity of T, or (for an exact
     transformation) if eq. (1) fails at any of the points by more than ``tol``.
@@ -124,7 +127,7 @@ def continuous_sanity(
             if label == "g0" and torch.equal(moved, theta):
                 image = y0
             else:
-                image = model_output(model, eq.apply(params, point), x, "check_identities")
+                image = model_output(model, eq.apply(params, point), x, "check_identities", output)
             residuals[label] = relative_difference(image, target)
         y_shift = perturbed(y0, generator)
         output_identity = relative_difference(eq.apply_output(y_shift, g0), y_shift) <= tol
@@ -151,13 +154,14 @@ def discrete_sanity(
     scale: float,
     generator: torch.Generator,
     tol: float,
+    output: OutputSelector = None,
 ) -> dict[str, float]:
     """Residual of f(T(θ')) = f(θ') at a random perturbation θ' of θ (noise of ``scale`` times
-    each tensor's RMS entry); raises if above ``tol``."""
+    each tensor's RMS entry; f is the tensor ``output`` selects); raises if above ``tol``."""
     shifted = {k: perturbed(t, generator, scale) for k, t in params.items()}
     with torch.no_grad():
-        before = model_output(model, shifted, x, "check_identities")
-        after = model_output(model, apply(shifted), x, "check_identities")
+        before = model_output(model, shifted, x, "check_identities", output)
+        after = model_output(model, apply(shifted), x, "check_identities", output)
     residual = relative_difference(after, before)
     if not residual <= tol:
         raise EquivarianceError(
