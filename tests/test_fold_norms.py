@@ -100,6 +100,84 @@ def test_layernorm_weight_and_bias_fold_exactly_into_gpt2() -> None:
     assert torch.allclose(_logits(folded), _logits(model), atol=1e-12)
 
 
+def _untied_layernorm_lm(kind: str) -> torch.nn.Module:
+    """GPT-2 or OPT with its LM head untied from the embeddings (LayerNorm decoders)."""
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=16,
+            tie_word_embeddings=False, bos_token_id=63, eos_token_id=63,
+        )  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.OPTConfig(
+            hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+            vocab_size=64, max_position_embeddings=16, word_embed_proj_dim=32,
+            tie_word_embeddings=False,
+        )  # fmt: skip
+        model = transformers.OPTForCausalLM(config)
+    model = model.to(F64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "opt"])
+def test_centering_turns_layernorms_into_rmsnorms_and_opens_the_stream_rotations(kind) -> None:
+    """SliceGPT's computational invariance: the mean projected out of every write into the
+    stream (an element of the stream translation group), every LayerNorm on it then computes
+    an RMSNorm, folded; the stream gets its O(d), checked by acting with random rotations."""
+    model = _untied_layernorm_lm(kind)
+    folded = ps.fold_norms(model, _ids(), add_bias=True)
+    report = folded.paramsym_fold
+    assert len(report.centered) == 1
+    assert report.centered[0].startswith("mean_translation[")
+    assert report.output_change < 1e-13
+    assert not report.skipped
+    norms = [m for m in folded.modules() if isinstance(m, ps.FoldedNorm)]
+    assert len(norms) == 5
+    assert all(m.kind == "rms" for m in norms)
+    assert torch.allclose(_logits(folded), _logits(model), atol=1e-12)
+    (stream,) = [s for s in ps.symmetries(folded, example_input=_ids())
+                 if isinstance(s, HiddenOrthogonal)]  # fmt: skip
+    assert stream.exact
+    assert stream.dim == 32 * 31 // 2
+    reference = _logits(folded)
+    for seed in range(3):
+        q = stream.sample(scale=1.0, generator=torch.Generator().manual_seed(seed), dtype=F64)
+        moved = _logits(folded, stream.act(ps.params_of(folded), q))
+        assert float((moved - reference).norm() / reference.norm()) < 1e-12
+    # folded without centering, the LayerNorms stay LayerNorms and no rotation is offered
+    plain = ps.fold_norms(model, _ids(), center=False, add_bias=True)
+    assert {m.kind for m in plain.modules() if isinstance(m, ps.FoldedNorm)} == {"layer"}
+    assert not any(isinstance(s, HiddenOrthogonal) for s in
+                   ps.symmetries(plain, example_input=_ids(), verify=False))  # fmt: skip
+
+
+def test_a_head_without_bias_keeps_the_final_layernorm_unless_asked() -> None:
+    folded = ps.fold_norms(_untied_layernorm_lm("gpt2"), _ids())
+    assert "add_bias=True" in folded.paramsym_fold.skipped["transformer.ln_f"]
+    assert folded.lm_head.bias is None
+
+
+def test_a_stream_with_a_tied_writer_is_not_centered() -> None:
+    """GPT-2 with its head tied to the embedding: the embedding writes into the stream but is
+    left out of the translations (the head would see them), so no translation of the other
+    writers makes the stream mean-free: centering is refused by name and not done."""
+    from paramsym.symmetry.translation import StreamTranslation
+
+    model = _untied_layernorm_lm("gpt2")
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    (translation,) = [s for s in ps.symmetries(model, example_input=_ids())
+                      if isinstance(s, StreamTranslation)]  # fmt: skip
+    assert not translation.closed
+    with pytest.raises(ps.InvalidArgumentError, match="mean-free"):
+        translation.centering(ps.params_of(model))
+    assert ps.fold_norms(model, _ids()).paramsym_fold.centered == []
+
+
 def test_fold_norms_needs_an_input_the_model_takes() -> None:
     with pytest.raises(ps.InvalidArgumentError, match="rejects example_input"):
         ps.fold_norms(_llama_lm(tied=False), {"input_idz": torch.zeros(2, 8, dtype=torch.long)})

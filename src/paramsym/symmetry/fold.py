@@ -7,7 +7,12 @@ What it opens: without γ, RMSNorm commutes with every orthogonal map of its inp
 (rms(Qx) = rms(x)), so on the folded model the residual stream of a decoder whose stream is
 read only through RMSNorms has an orthogonal group (embeddings and writers by Q, readers by Qᵀ),
 which detection then finds. LayerNorm also needs the mean projected out of every writer
-(SliceGPT's computational invariance), which this rewrite does not do.
+(SliceGPT's computational invariance): where every reader of a stream is a LayerNorm and
+nothing but linear maps and embeddings writes into it (a closed
+:class:`~paramsym.symmetry.translation.StreamTranslation`), :func:`fold_norms` acts with the
+translation that makes every write mean-free (``centering``), after which each of those
+LayerNorms computes an RMSNorm and is replaced by a weightless one: the folded GPT-2, OPT or
+Phi with an untied head then has the stream's orthogonal group too.
 
 :func:`fold_norms` never changes the model it is given: it returns a new, equivalent model, and
 reports what it folded and the output change it measured (the folded norm computes in the
@@ -31,6 +36,7 @@ from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Slot, Symmetry, scale_along
 from paramsym.symmetry.scaling import PositiveScaling
+from paramsym.symmetry.translation import StreamTranslation
 
 
 class FoldedNorm(nn.Module):
@@ -63,12 +69,15 @@ class FoldReport:
 
     Attributes:
         folded: norm module -> the reader weights its affine part went into.
+        centered: the stream translations acted with to make their streams mean-free
+            (their LayerNorms became weightless RMSNorms).
         skipped: norm module -> why it was left as it is (no linear reader, a reader that
             is also used elsewhere, a weight used as ``1 + weight``, ...).
         output_change: relative change of the output on the example input, original vs folded.
     """
 
     folded: dict[str, list[str]] = field(default_factory=dict)
+    centered: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     output_change: float = 0.0
 
@@ -105,7 +114,9 @@ def _readers(name: str, found: Sequence[Symmetry]) -> list[Slot] | str:
     return "no exact rescaling of its weight against linear readers (e.g. the model's output)"
 
 
-def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
+def fold_norms(
+    model: nn.Module, example_input: Any, *, center: bool = True, add_bias: bool = False
+) -> nn.Module:
     """A new model equal to ``model`` as a function, with every norm layer's weight (and
     LayerNorm's bias) folded into the linear maps that read it (module docstring).
 
@@ -114,14 +125,17 @@ def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
             Hugging Face's ``*RMSNorm``), left unchanged.
         example_input: a batch the model accepts (as for :func:`paramsym.symmetries`): the
             readers are read off the traced graph.
+        center: project the mean out of every write into a residual stream that only
+            LayerNorms read (module docstring), so that those LayerNorms fold into RMSNorms.
+        add_bias: where a LayerNorm's bias is read by an ``nn.Linear`` without bias (the
+            LM head of GPT-2 or OPT), give it a zero bias to take it; otherwise that norm is
+            left as it is (named in ``skipped``).
 
     Returns:
         A deep copy with each foldable norm replaced by a :class:`FoldedNorm`; its
         ``paramsym_fold`` attribute is the :class:`FoldReport`. Norms whose weight cannot be
         folded (the final norm of a base model, whose output is the model's) are kept.
 
-    Raises:
-        InvalidArgumentError: a LayerNorm's bias would have to go into a reader without bias.
     """
     from paramsym.symmetry.detect import symmetries
 
@@ -129,16 +143,21 @@ def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
     folded = copy.deepcopy(model)
     modules = dict(folded.named_modules())
     report = FoldReport()
+    centered = _center(folded, found, report) if center else set()
     with torch.no_grad():
         for name, module in list(modules.items()):
             kind = _norm_kind(module)
             if kind is None or not name:
                 continue
+            if kind[0] == "layer" and name in centered:
+                kind = ("rms", kind[1])  # its input is mean-free now
             readers = _readers(name, found)
+            if isinstance(readers, list):
+                readers = _bias_takers(modules, module, readers, add_bias) or readers
             if isinstance(readers, str):
                 report.skipped[name] = readers
                 continue
-            _fold_one(modules, name, module, readers)
+            _fold_one(modules, module, readers)
             parent, _, child = name.rpartition(".")
             setattr(modules[parent] if parent else folded, child,
                     FoldedNorm(kind[0], module.weight.numel(), kind[1]))  # fmt: skip
@@ -148,9 +167,46 @@ def fold_norms(model: nn.Module, example_input: Any) -> nn.Module:
     return folded
 
 
-def _fold_one(
-    modules: dict[str, nn.Module], name: str, norm: nn.Module, readers: list[Slot]
-) -> None:
+def _center(model: nn.Module, found: Sequence[Symmetry], report: FoldReport) -> set[str]:
+    """Act on ``model`` with the centering of every exact, closed stream translation; the
+    LayerNorm modules whose inputs are mean-free now."""
+    params = dict(model.named_parameters())
+    readers: set[str] = set()
+    with torch.no_grad():
+        for s in found:
+            if not (isinstance(s, StreamTranslation) and s.exact and s.closed):
+                continue
+            state = {name: params[name].detach() for name in s.parameter_names}
+            for name, value in s.act(state, s.centering(state)).items():
+                params[name].copy_(value)
+            readers.update(s.readers)
+            report.centered.append(s.name)
+    return readers
+
+
+def _bias_takers(
+    modules: dict[str, nn.Module], norm: nn.Module, readers: list[Slot], add_bias: bool
+) -> str | None:
+    """Why a LayerNorm's bias cannot go into its readers (``None``: it can; with ``add_bias``
+    each ``nn.Linear`` reader without bias gets a zero one first)."""
+    beta = getattr(norm, "bias", None)
+    if beta is None or not bool(beta.detach().ne(0).any()):
+        return None
+    owners = [modules[slot.name.rpartition(".")[0]] for slot in readers]
+    missing = [o for o in owners if not isinstance(getattr(o, "bias", None), nn.Parameter)]
+    for slot, owner in zip(readers, owners, strict=True):
+        if owner in missing and not (add_bias and isinstance(owner, nn.Linear)):
+            return (
+                f"its bias is read by '{slot.name.rpartition('.')[0]}', which has no bias to "
+                "take it (fold_norms(..., add_bias=True) gives an nn.Linear reader one)"
+            )
+    for owner in missing:
+        weight = owner.get_parameter("weight")
+        owner.bias = nn.Parameter(weight.new_zeros(weight.shape[0]))
+    return None
+
+
+def _fold_one(modules: dict[str, nn.Module], norm: nn.Module, readers: list[Slot]) -> None:
     gamma = getattr(norm, "weight").detach()  # noqa: B009  (nn.Module's __getattr__ is untyped)
     beta = getattr(norm, "bias", None)
     for slot in readers:
@@ -158,12 +214,7 @@ def _fold_one(
         owner = modules[owner_name]
         weight = getattr(owner, param)
         if beta is not None and bool(beta.detach().ne(0).any()):
-            bias = getattr(owner, "bias", None)
-            if not isinstance(bias, nn.Parameter):
-                raise InvalidArgumentError(
-                    f"fold_norms: the bias of '{name}' is read by '{owner_name}', which has no "
-                    "bias to take it"
-                )
+            bias = getattr(owner, "bias")  # noqa: B009  (checked by _bias_takers)
             bias.add_(torch.tensordot(weight.detach(), beta.detach(), dims=([slot.axis], [0])))
         weight.copy_(scale_along(weight.detach(), slot.axis, gamma))
 

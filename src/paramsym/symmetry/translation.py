@@ -167,13 +167,23 @@ class StreamTranslation(TranslationGroup):
         sizes: for each writer, the length of its translation vector (the size of the other
             axis, 1 for a bias).
         site: label used in the name.
+        readers: the norm modules that read the stream.
+        closed: every write into the stream is one of ``writers`` (nothing else, such as a
+            tied embedding or a constant, adds to it): then :meth:`centering` makes the
+            readers' inputs mean-free.
 
     Group (ℝ^dim, +) with dim = Σ sizes; elements are vectors, split in writer order. The action
     is affine and its tangent does not depend on θ.
     """
 
     def __init__(
-        self, writers: list[tuple[str, int]], sizes: list[int], *, site: str = "stream"
+        self,
+        writers: list[tuple[str, int]],
+        sizes: list[int],
+        *,
+        site: str = "stream",
+        readers: tuple[str, ...] = (),
+        closed: bool = False,
     ) -> None:
         if len(writers) != len(sizes) or not writers:
             raise InvalidArgumentError("StreamTranslation: one size per writer, at least one")
@@ -183,6 +193,8 @@ class StreamTranslation(TranslationGroup):
         )
         self.writers = [(str(n), int(a)) for n, a in writers]
         self.sizes = [int(s) for s in sizes]
+        self.readers = tuple(readers)
+        self.closed = bool(closed)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -215,6 +227,27 @@ class StreamTranslation(TranslationGroup):
                 )
             shifts[name] = shifts[name] + shift if name in shifts else shift
         return shifts
+
+    def centering(self, params: Mapping[str, Tensor]) -> Tensor:
+        """The element that makes every write into the stream mean-free over the features
+        (SliceGPT's computational-invariance projection ``(I − 11ᵀ/d)``, notes 005 §4): minus
+        each writer's mean along its feature axis, in writer order. Acting with it keeps the
+        function (it is a group element); afterwards the stream's readers see zero-mean inputs,
+        so each LayerNorm on it computes an RMSNorm. Only for a ``closed`` stream."""
+        if not self.closed:
+            raise InvalidArgumentError(
+                f"{self.name}: something other than its writers adds to this stream (a tied "
+                "embedding, a constant), so no translation of the writers makes it mean-free"
+            )
+        parts = []
+        for name, axis in self.writers:
+            if name not in params:
+                raise MissingParameterError(
+                    f"{self.name} acts on parameter '{name}', which is not in params"
+                )
+            t = params[name].detach()
+            parts.append(-t.mean(dim=axis).reshape(-1) if t.ndim == 2 else -t.mean().reshape(1))
+        return torch.cat([p.to(parts[0].dtype) for p in parts])
 
     def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:
         shifts = self._shifts(params, self.check_element(g))

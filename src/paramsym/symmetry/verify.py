@@ -17,8 +17,10 @@ element (:func:`verification_elements`):
 Elements are drawn in the parameters' dtype, and every family casts an element to the
 parameters' dtype before deriving anything from it (an inverse, a power), so an exact
 symmetry moves the output by rounding only. A symmetry whose worst element changes the output
-by more than the tolerance of the parameters' dtype (``sqrt(eps)``: 1.5e-8 in float64, 3.5e-4
-in float32) is downgraded to approximate, with the measured change in its notes and a
+by more than the tolerance of the lowest precision the forward computes in (``sqrt(eps)``:
+1.5e-8 in float64, 3.5e-4 in float32; Hugging Face's ``LlamaRMSNorm`` and BLOOM's softmax
+compute in float32 inside a float64 model, where rounding alone moves the output by ~1e-7:
+:func:`compute_dtype`) is downgraded to approximate, with the measured change in its notes and a
 :class:`~paramsym.errors.SymmetryVerificationWarning` naming it. Data-dependent actions and loss
 (not function) symmetries are not checked here.
 """
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from paramsym.core.params import buffer_copies, params_of, stateless_call
 from paramsym.errors import InvalidArgumentError, SymmetryVerificationWarning
@@ -52,11 +55,37 @@ _DISTINCT_ATTEMPTS = 32
 """Non-identity draws from a finite group in search of ``VERIFY_DRAWS`` distinct ones."""
 
 
+class _FloatingDtypes(TorchDispatchMode):
+    """Records the dtype of every floating tensor an op returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: set[torch.dtype] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in pytree.tree_leaves(out):
+            if isinstance(leaf, Tensor) and leaf.is_floating_point():
+                self.dtypes.add(leaf.dtype)
+        return out
+
+
+def compute_dtype(
+    model: nn.Module, state: dict[str, Tensor], example_input: Any, dtype: torch.dtype
+) -> torch.dtype:
+    """The lowest-precision floating dtype among ``dtype`` and those the forward computes in
+    on ``example_input`` (each op's outputs, recorded by a dispatch mode)."""
+    recorder = _FloatingDtypes()
+    with recorder:
+        _outputs(model, state, example_input)
+    return max(recorder.dtypes | {dtype}, key=lambda d: torch.finfo(d).eps)
+
+
 def _outputs(model: nn.Module, state: dict[str, Tensor], example_input: Any) -> Tensor:
     """Every floating tensor the forward returns, flattened and concatenated."""
     from paramsym.symmetry.graph.trace import as_arguments  # the graph package imports detect
 
-    args, kwargs = as_arguments(example_input)
+    args, kwargs = as_arguments(example_input, model)
     with torch.no_grad():
         raw = stateless_call(model, state, args, kwargs)
     leaves = [t.reshape(-1) for t in pytree.tree_leaves(raw) if isinstance(t, Tensor)]
@@ -151,7 +180,6 @@ def verify_symmetries(
         return list(found)
     state = {**buffer_copies(model, params), **params}
     dtype = next(iter(params.values())).dtype
-    tolerance = torch.finfo(dtype).eps ** 0.5
     failed = []
     with _without_dropout(model):
         try:
@@ -160,6 +188,8 @@ def verify_symmetries(
             if not synthesized:
                 raise
             return list(found)
+        lowest = compute_dtype(model, state, example_input, dtype)
+        tolerance = torch.finfo(lowest).eps ** 0.5
         changes = {
             symmetry.name: _change(symmetry, model, state, example_input, reference, dtype)
             for symmetry in found
@@ -174,8 +204,8 @@ def verify_symmetries(
             symmetry.notes = (
                 *symmetry.notes,
                 f"verification: a random non-identity element changed the output by "
-                f"{change:.2e} (relative; tolerance {tolerance:.1e}), so it is reported as "
-                "approximate",
+                f"{change:.2e} (relative; tolerance {tolerance:.1e}, the forward computing "
+                f"in {lowest}), so it is reported as approximate",
             )
             failed.append(f"{symmetry.name} ({change:.1e})")
     if failed:

@@ -111,17 +111,50 @@ def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
         entries: list[tuple[str, int]] = []
         sizes: list[int] = []
         modules: list[str] = []
+        written: set[Node] = set()
         for writer in sorted(component & writers, key=nodes.index):
             found_entries = _writer_entries(traced, writer, unexplained)
             if found_entries:
+                written.add(writer)
                 for name, axis, size in found_entries:
                     entries.append((name, axis))
                     sizes.append(size)
                 modules.append(found_entries[0][0].rsplit(".", 1)[0])
         if entries:
             site = modules[0] if len(modules) == 1 else f"{modules[0]},…,{modules[-1]}"
-            found.append(StreamTranslation(entries, sizes, site=site))
+            readers = _norm_modules(traced, component, nodes)
+            closed = _closed(component, written)
+            found.append(
+                StreamTranslation(entries, sizes, site=site, readers=readers, closed=closed)
+            )
     return found
+
+
+def _closed(component: set[Node], written: set[Node]) -> bool:
+    """Whether everything added into the stream comes from the writers in ``written``: no
+    writer left out (tied), no tensor from outside the stream, no constant added."""
+    for node in component:
+        name = op_name(node)
+        if name in _WRITERS:
+            if node not in written:
+                return False
+            continue
+        operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
+        if any(not isinstance(a, Node) or a not in component for a in operands):
+            return False
+    return True
+
+
+def _norm_modules(traced: TracedGraph, component: set[Node], nodes: list[Node]) -> tuple[str, ...]:
+    """The modules of the LayerNorms reading ``component``, named by their weight parameter
+    (norms without a weight parameter are left out)."""
+    names: list[str] = []
+    for user in sorted({u for n in component for u in n.users if op_name(u) == "layer_norm"},
+                       key=nodes.index):  # fmt: skip
+        weight = user.args[2] if len(user.args) > 2 else user.kwargs.get("weight")
+        if isinstance(weight, Node) and weight.name in traced.parameters:
+            names.append(traced.parameters[weight.name].rpartition(".")[0])
+    return tuple(dict.fromkeys(names))
 
 
 def _writer_entries(
