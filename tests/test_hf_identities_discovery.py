@@ -313,3 +313,23 @@ def test_discovery_names_a_bad_target(problems):
         ps.discover_symmetries(p.model, first_field_loss, (p.x, [0.0]), basis, samples=2)
     with pytest.raises(ps.ShapeError, match="one row per example"):
         ps.discover_symmetries(p.model, first_field_loss, (p.x, p.target[:1]), basis, samples=2)
+
+
+def test_identity_tracker_records_the_model_output_loss_and_residuals(problems):
+    """``IdentityTracker`` on the dict input: its loss column is the user's loss of the
+    ``ModelOutput`` (the oracle's loss of the wrapped tensor), its residuals those of
+    ``check_identities``, which hold."""
+    p = problems["llama"]
+    tracker = ps.IdentityTracker(
+        p.model, first_field_loss, (p.x, p.target), transformations=[p.symmetry]
+    )
+    assert tracker(0)
+    row = tracker.history
+    with torch.no_grad():
+        expected = float(tensor_loss(p.oracle(p.x["input_ids"]), p.target))
+    assert abs(row["loss"][0] - expected) <= SAME * expected
+    reference = ps.check_identities(p.model, first_field_loss, (p.x, p.target), p.symmetry)
+    for name in THEOREM1:
+        column = row[f"residual/{p.symmetry.name}/{name}"][0]
+        assert column == pytest.approx(reference.residuals[name], rel=1e-8, abs=1e-14)
+        assert column <= TOL

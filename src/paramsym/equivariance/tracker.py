@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.params import flatten, params_of
+from paramsym.core.params import flatten, functional_call, params_of
 from paramsym.core.tables import append_row, empty_table
 from paramsym.equivariance.discrete import DiscreteSymmetry
 from paramsym.equivariance.homogeneous_spectrum import eigen_alignment, sharpness_bound
@@ -33,6 +33,7 @@ from paramsym.equivariance.stacked import Batch, LossFn
 from paramsym.equivariance.transformations import Equivariance
 from paramsym.errors import InvalidArgumentError, ShapeError
 from paramsym.symmetry.base import Symmetry
+from paramsym.tangent_kernel.outputs import OutputSelector
 
 Transformation = Equivariance | DiscreteSymmetry | Symmetry
 
@@ -65,6 +66,10 @@ class IdentityTracker:
         degree: the homogeneity degree m for ``sharpness`` and ``top_k`` (``None``: read from
             a bias-free ReLU/linear ``nn.Sequential``).
         every: record at steps divisible by ``every``.
+        output: which tensor of the model's return value the identities take as f (a
+            Hugging Face ``ModelOutput`` with several fields; see
+            :func:`~paramsym.check_identities`). The loss always gets what the model returns,
+            called as :func:`~paramsym.functional_call` calls it (dict inputs, the cache off).
 
     ``history`` is a long-format table (``step``, ``loss`` and the columns above), one row per
     record; :meth:`__call__` returns whether it recorded.
@@ -85,6 +90,7 @@ class IdentityTracker:
         top_k: int = 0,
         degree: int | None = None,
         every: int = 1,
+        output: OutputSelector = None,
     ) -> None:
         if every < 1:
             raise InvalidArgumentError(f"IdentityTracker: every must be >= 1, got {every}")
@@ -102,6 +108,7 @@ class IdentityTracker:
         self.charges = dict(charges or {})
         self.lr, self.batch_size = lr, batch_size
         self.sharpness, self.top_k, self.degree, self.every = sharpness, top_k, degree, every
+        self.output = output
         size = flatten(params_of(model)).numel()
         for name, matrix in self.charges.items():
             if tuple(matrix.shape) != (size, size):
@@ -147,7 +154,7 @@ class IdentityTracker:
         params = params_of(self.model)
         x, y = self.batch
         with torch.no_grad():
-            loss = float(self.loss_fn(self.model(x), y))
+            loss = float(self.loss_fn(functional_call(self.model, params, x), y))
         row: list[Any] = [step, loss]
         for index, transformation in enumerate(self.transformations):
             result = check_identities(
@@ -157,6 +164,7 @@ class IdentityTracker:
                 transformation,
                 identities=self._identity_names(transformation),
                 sanity=index not in self._checked_once,
+                output=self.output,
             )
             self._checked_once.add(index)
             row += [result.residuals[i] for i in self._identity_names(transformation)]
