@@ -442,3 +442,46 @@ def test_recurrent_layers_with_a_given_initial_state_or_both_directions_are_bloc
     x = torch.randn(2, 5, 4)
     for model in (WithState(), WithState(bidirectional=True)):
         assert ps.symmetries(model.eval(), example_input=x) == []
+
+
+class PositionEmbeddedEncoder(nn.Module):
+    """A ViT as timm writes it: patches projected, a class token concatenated, a learned
+    position embedding (1, tokens, width) added to the stream, a pre-norm MLP block, the
+    class token read by the head."""
+
+    def __init__(self, width: int = 8, patches: int = 5) -> None:
+        super().__init__()
+        self.patch = nn.Linear(12, width)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, width))
+        self.pos_embed = nn.Parameter(torch.randn(1, patches + 1, width))
+        self.norm = nn.LayerNorm(width)
+        self.fc1, self.fc2 = nn.Linear(width, 16), nn.Linear(16, width)
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = x + self.pos_embed
+        x = x + self.fc2(torch.relu(self.fc1(self.norm(x))))
+        return self.head(x[:, 0])
+
+
+def test_a_learned_position_embedding_moves_with_the_stream():
+    """The position embedding varies along the tokens, where the stream has no features: it
+    is read on its feature axis only, so the stream permutation carries it (with the class
+    token) instead of reporting it unexplained."""
+    torch.manual_seed(0)
+    model = PositionEmbeddedEncoder().double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    found = ps.symmetries(model, example_input=x, strict=True)  # nothing left unexplained
+    (stream,) = [s for s in found if isinstance(s, ps.symmetry.NeuronPermutation)
+                 and "pos_embed" in s.parameter_names]  # fmt: skip
+    assert {"cls_token", "patch.weight", "head.weight"} <= set(stream.parameter_names)
+    assert stream.exact
+    assert_exact_symmetries(model, x, found, tol=1e-12)
+    # the same permutation leaving the position embedding in place changes the output
+    state = ps.params_of(model)
+    g = stream.sample(generator=torch.Generator().manual_seed(1), non_identity=True)
+    moved = {**stream.act(state, g), "pos_embed": state["pos_embed"]}
+    reference = ps.functional_call(model, state, x)
+    assert (ps.functional_call(model, moved, x) - reference).norm() > 1e-3 * reference.norm()

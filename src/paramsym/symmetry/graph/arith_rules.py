@@ -56,6 +56,7 @@ def _elementwise(
         params: list[tuple[ParamValue, int]] = []
         passing = set(ALL_FAMILIES)
         fixed = False
+        data = False  # a computed operand varies along the axis without features
         for value, rows in zip(tensors, table, strict=True):
             a = rows[j]
             member = value.axes.get(a) if isinstance(value, TensorValue) and a is not None else None
@@ -78,9 +79,13 @@ def _elementwise(
                     params.append((value, dim))
                     passing &= param_families
             else:
-                fixed = True
-        if not members and not params:
+                data = True
+        if not members and (not params or data):
+            # no features here: a parameter that varies along an axis of the data (a
+            # learned position embedding along the tokens) is read where it lines up with
+            # the data; the features it meets are on its other axes
             continue
+        fixed = fixed or data
         if any(isinstance(v, _NUMBER) and not _is_zero(v) for v in operands):
             passing &= constant
         if fixed or any(m.width != (members or [m])[0].width for m in members):
