@@ -107,10 +107,11 @@ def check_catalogue(outputs):
 
 
 def check_ntk(outputs):
-    (ntk,) = outputs
+    ntk, keyword_inputs = outputs
     assert ntk[0] == "torch.Size([100, 100]) 16 max(m·O, P)·eps·σ_max"
     assert ntk[1] == "True 8"
     assert 0 < float(ntk[2]) < 1
+    assert keyword_inputs == ["torch.Size([3, 3])"]
 
 
 def check_teleportation(outputs):
