@@ -383,6 +383,28 @@ def run_architecture_catalogue(config: ArchitectureCatalogueConfig, progress: Pr
     return Result(metrics, {"symmetries": rows, "models": models, "family_counts": counts}, notes)
 
 
+def plot_invariance_errors(axes: Any, models: dict[str, list[Any]], names: list[str]) -> None:
+    """The largest output change under a random element, per model (rows ``names``), of its
+    exact and of its not-exact symmetries, against the 1e-10 line (columns
+    ``max_change_exact``/``max_change_approximate`` counted by ``exact``/``approximate``)."""
+    positions = np.arange(len(names))
+    floor = 1e-18  # an exact zero is drawn here
+    for column, count, marker, colour, label in (
+        ("max_change_exact", "exact", "o", "tab:green", "exact"),
+        ("max_change_approximate", "approximate", "x", "tab:orange", "not exact (norm eps > 0, …)"),
+    ):
+        values = np.array([max(float(v), floor) for v in models[column]])
+        keep = np.array([int(n) > 0 for n in models[count]])  # models with such symmetries
+        axes.scatter(values[keep], positions[keep], marker=marker, color=colour, label=label)
+    axes.axvline(EXACT_TOLERANCE, color="red", linestyle="--", linewidth=1, label="1e-10")
+    axes.set_xscale("log")
+    axes.set_yticks(positions, names, fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("max ‖Δf‖/‖f‖ under a random element (float64; 0 drawn at 1e-18)")
+    axes.set_title("invariance error", fontsize=10)
+    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+
+
 def plot_architecture_catalogue(result: Result) -> dict[str, Any]:
     """Table 1.1 on the zoo: (left) symmetries found per architecture and family, (middle)
     largest relative output change of the exact and the approximate ones on a log axis,
@@ -405,21 +427,7 @@ def plot_architecture_catalogue(result: Result) -> dict[str, Any]:
     left.set_yticks(range(len(names)), names, fontsize=8)
     left.set_title("symmetries found on the traced graph (count per family)")
     positions = np.arange(len(names))
-    floor = 1e-18  # an exact zero is drawn here
-    for column, count, marker, colour, label in (
-        ("max_change_exact", "exact", "o", "tab:green", "exact"),
-        ("max_change_approximate", "approximate", "x", "tab:orange", "approximate (norm eps > 0)"),
-    ):
-        values = np.array([max(float(v), floor) for v in models[column]])
-        keep = np.array([int(n) > 0 for n in models[count]])  # models with such symmetries
-        middle.scatter(values[keep], positions[keep], marker=marker, color=colour, label=label)
-    middle.axvline(EXACT_TOLERANCE, color="red", linestyle="--", linewidth=1, label="1e-10")
-    middle.set_xscale("log")
-    middle.set_yticks(positions, names, fontsize=8)
-    middle.invert_yaxis()
-    middle.set_xlabel("max ‖Δf‖/‖f‖ under a random element (float64; 0 drawn at 1e-18)")
-    middle.set_title("invariance error")
-    middle.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=2)
+    plot_invariance_errors(middle, models, names)
     right.barh(positions, [1e3 * float(s) for s in models["detect_seconds"]], color="tab:blue")
     right.set_yticks(positions, [])
     right.invert_yaxis()

@@ -34,7 +34,11 @@ import paramsym as ps
 from paramsym.core.calls import call_arguments
 from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.architectures import family
+from paramsym.experiments.architectures import (
+    EXACT_TOLERANCE,
+    family,
+    plot_invariance_errors,
+)
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
 from paramsym.nn.hf import HF_KINDS, hf_example_input, hf_tiny
@@ -42,9 +46,6 @@ from paramsym.symmetry import HeadPermutation
 from paramsym.symmetry.base import Symmetry
 
 F64 = torch.float64
-EXACT_TOLERANCE = 1e-10
-"""Largest relative output change an exact symmetry may cause (float64 rounding is ~1e-16)."""
-
 ROPE_KINDS = ("llama", "mistral", "qwen2", "gemma", "phi")
 """Families with rotary position embeddings (Phi on part of each head)."""
 BIAS_TABLE_KINDS = ("t5", "swin")
@@ -419,22 +420,7 @@ def plot_decoder_catalogue(result: Result) -> dict[str, Any]:
                         ha="right", fontsize=8)  # fmt: skip
         axes.set_yticks(range(len(kinds)), kinds, fontsize=8)
         axes.set_title(title, fontsize=10)
-    positions = np.arange(len(kinds))
-    floor = 1e-18  # an exact zero is drawn here
-    for column, count, marker, colour, label in (
-        ("max_change_exact", "exact", "o", "tab:green", "exact"),
-        ("max_change_approximate", "approximate", "x", "tab:orange", "not exact (norm eps > 0, …)"),
-    ):
-        values = np.array([max(float(v), floor) for v in models[column]])
-        keep = np.array([int(n) > 0 for n in models[count]])  # models with such symmetries
-        right.scatter(values[keep], positions[keep], marker=marker, color=colour, label=label)
-    right.axvline(EXACT_TOLERANCE, color="red", linestyle="--", linewidth=1, label="1e-10")
-    right.set_xscale("log")
-    right.set_yticks(positions, kinds, fontsize=8)
-    right.invert_yaxis()
-    right.set_xlabel("max ‖Δf‖/‖f‖ (float64; 0 drawn at 1e-18)")
-    right.set_title("invariance error", fontsize=10)
-    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    plot_invariance_errors(right, models, kinds)
     figure.tight_layout()
     return {"decoder_catalogue.png": figure}
 

@@ -70,15 +70,10 @@ class _FloatingDtypes(TorchDispatchMode):
         return out
 
 
-def compute_dtype(
-    model: nn.Module, state: dict[str, Tensor], example_input: Any, dtype: torch.dtype
-) -> torch.dtype:
-    """The lowest-precision floating dtype among ``dtype`` and those the forward computes in
-    on ``example_input`` (each op's outputs, recorded by a dispatch mode)."""
-    recorder = _FloatingDtypes()
-    with recorder:
-        _outputs(model, state, example_input)
-    return max(recorder.dtypes | {dtype}, key=lambda d: torch.finfo(d).eps)
+def compute_dtype(recorded: set[torch.dtype], dtype: torch.dtype) -> torch.dtype:
+    """The lowest-precision floating dtype among ``dtype`` and ``recorded``, the dtypes the
+    forward computed in (each op's outputs, recorded by :class:`_FloatingDtypes`)."""
+    return max(recorded | {dtype}, key=lambda d: torch.finfo(d).eps)
 
 
 def _outputs(model: nn.Module, state: dict[str, Tensor], example_input: Any) -> Tensor:
@@ -182,13 +177,15 @@ def verify_symmetries(
     dtype = next(iter(params.values())).dtype
     failed = []
     with _without_dropout(model):
+        recorder = _FloatingDtypes()
         try:
-            reference = _outputs(model, state, example_input)
+            with recorder:
+                reference = _outputs(model, state, example_input)
         except Exception:  # only a batch paramsym guessed can fail here: nothing to check on
             if not synthesized:
                 raise
             return list(found)
-        lowest = compute_dtype(model, state, example_input, dtype)
+        lowest = compute_dtype(recorder.dtypes, dtype)
         tolerance = torch.finfo(lowest).eps ** 0.5
         changes = {
             symmetry.name: _change(symmetry, model, state, example_input, reference, dtype)
