@@ -22,6 +22,7 @@ from paramsym.symmetry import (
     RotaryQueryKey,
     StreamTranslation,
     Symmetry,
+    ValueOutputGL,
 )
 from paramsym.symmetry.base import Slot
 from paramsym.teleportation import TeleportDriftWarning
@@ -48,7 +49,8 @@ EXPECTED = {  # exact symmetries found: (class, Lie-algebra dimension) -> how ma
     "opt": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2,
             ("PositiveScaling", 48): 1, ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8,
             ("ValueOutputGL", 64): 4},
-    "bloom": {("NeuronPermutation", 0): 1, ("PositiveScaling", 32): 2},
+    "bloom": {("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2, ("QueryKeyGL", 64): 4,
+              ("SignFlip", 0): 8, ("ValueOutputGL", 64): 4},
     "t5": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 2,
            ("PositiveScaling", 48): 1, ("QueryKeyGL", 64): 4, ("SignFlip", 0): 8,
            ("ValueOutputGL", 64): 4},
@@ -163,6 +165,54 @@ def test_head_permutations_move_position_bias_tables(kind: str, table: str) -> N
 def test_bloom_alibi_slopes_forbid_head_permutations() -> None:
     _, _, found = _detect("bloom")
     assert not any(isinstance(s, HeadPermutation) for s in found)
+
+
+def test_bloom_heads_are_read_from_its_interleaved_packed_projection() -> None:
+    """BLOOM's ``query_key_value`` holds each head's q, k and v side by side (rows h·3D + c·D
+    for chunk c, viewed as (H, 3, D)) and runs attention with the heads merged into the batch
+    (``baddbmm`` with the ALiBi bias, ``bmm``): per-head GL on the strided rows."""
+    model, x = build("bloom"), example_input("bloom")
+    found = ps.symmetries(model, example_input=x)
+    qkv = "h.0.self_attention.query_key_value.weight"
+    d = 8
+    for kind, chunk in ((QueryKeyGL, 0), (ValueOutputGL, 2)):
+        maps = sorted((s for s in found if type(s) is kind), key=lambda s: s.name)
+        rows = [[t.offset for t in s.slots if t.name == qkv and t.power > 0] for s in maps]
+        assert rows == [[(3 * h + chunk) * d] for h in range(4)], kind.__name__
+    # the chunks-first layout (q of head 1 at rows D..2D, its key at H·D + D) breaks the model
+    bias = qkv.replace("weight", "bias")
+    queries = [Slot(qkv, 0, 1.0, d), Slot(bias, 0, 1.0, d)]
+    chunks_first = QueryKeyGL(d, queries, [Slot(qkv, 0, -1.0, 5 * d), Slot(bias, 0, -1.0, 5 * d)])
+    assert _change(model, chunks_first, x) > 1e-3
+
+
+def test_gpt_neox_heads_sliced_out_of_a_packed_projection() -> None:
+    """GPT-NeoX (Pythia) views its packed ``query_key_value`` as (…, H, 3D) and chunks each
+    head's run into q, k and v: a slice of head-split features, read per head. Every group of
+    attention is found (partial rotary: 4 of 8 coordinates rotated) and each is exact."""
+    config = transformers.GPTNeoXConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        vocab_size=64,
+        rotary_pct=0.5,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.GPTNeoXModel(config).double().eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+    x = {"input_ids": torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(1))}
+    found = ps.symmetries(model, example_input=x)
+    kinds = [(type(s).__name__, s.dim) for s in found if s.exact and s.dim]
+    assert sorted(set(kinds)) == [("PositiveScaling", 32), ("QueryKeyGL", 16),
+                                  ("RotaryQueryKey", 4), ("StreamTranslation", 162),
+                                  ("ValueOutputGL", 64)]  # fmt: skip
+    assert sum(isinstance(s, HeadPermutation) for s in found) == 1
+    for s in [s for s in found if s.exact]:
+        assert _change(model, s, x, draws=2) < 1e-10, s.name
 
 
 def test_float32_and_batch_encoding() -> None:

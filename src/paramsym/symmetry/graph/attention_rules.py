@@ -23,7 +23,7 @@ from typing import Any
 
 from paramsym.symmetry.graph.facts import ALL_FAMILIES, Attention, Facts, Family, Member, Rotary
 from paramsym.symmetry.graph.rules import fresh
-from paramsym.symmetry.graph.values import ParamValue, TensorValue
+from paramsym.symmetry.graph.values import ParamValue, TensorValue, reshape_axis
 from paramsym.symmetry.graph.walk import OpCall, Walk, rule
 
 
@@ -38,7 +38,7 @@ def split_or_merge_heads(
     if axis in x.head_axes:  # merge (..., H, D, ...) -> (..., H·D, ...)
         head_axis = x.head_axes[axis]
         if head_axis != axis - 1:
-            return None
+            return _regroup_heads(x, axis, out_shape)
         before, size = math.prod(shape[:head_axis]), shape[head_axis] * shape[axis]
         for j in range(len(out_shape)):
             if math.prod(out_shape[:j]) == before and out_shape[j] == size:
@@ -60,6 +60,25 @@ def split_or_merge_heads(
             walk.facts.cut(member, width)
             split = Member(member.space, member.start, member.stop, 1, heads)
             return j + 1, split, j
+    return None
+
+
+def _regroup_heads(
+    x: TensorValue, axis: int, out_shape: tuple[int, ...]
+) -> tuple[int, Member, int] | None:
+    """A view that keeps the features whole and moves the head axis by merging it, heads
+    innermost, with the axes before it, or splitting such a merged axis again: (B, H, T, D) ↔
+    (B·H, T, D), BLOOM's layout for ``bmm``. Then the head axis is the output axis whose
+    extent ends where the old one did, the heads its innermost factor."""
+    member, shape = x.axes[axis], x.shape
+    head_axis = x.head_axes[axis]
+    placed = reshape_axis(shape, out_shape, axis, member)
+    if placed is None or placed[1] != member or head_axis > axis:
+        return None
+    end = math.prod(shape[: head_axis + 1])
+    for j in range(placed[0]):
+        if math.prod(out_shape[: j + 1]) == end and out_shape[j] % member.heads == 0:
+            return placed[0], member, j
     return None
 
 
@@ -219,6 +238,36 @@ def packed_heads(walk: Walk, call: OpCall) -> Any:
         split = Member(part.space, part.start, part.stop, 1, heads)
         outputs.append(TensorValue(tuple(shape), {feature_axis: split}, {feature_axis: head_axis}))
     return outputs
+
+
+@rule("head_chunk", heads=True)
+def head_chunk(walk: Walk, call: OpCall) -> Any:
+    """Chunk ``c`` of the C chunks of a packed projection (…, H·C·D) whose heads are outermost
+    (see :mod:`~paramsym.symmetry.graph.patterns`): the features ``[c·D, (c + 1)·D)`` of each
+    head's run of C·D, strided in the projection's space (:func:`head_slice`)."""
+    x, chunk, heads = call.args[0], int(call.kwargs["chunk"]), int(call.kwargs["heads"])
+    shape = tuple(call.shape)
+    member = x.member(-1) if isinstance(x, TensorValue) else None
+    if member is None or member.block != 1 or member.heads != 1:
+        return walk.fallback(call)
+    d = shape[-1]
+    part = head_slice(walk, call, replace(member, heads=heads), chunk * d, (chunk + 1) * d)
+    axes = {a: m for a, m in x.axes.items() if a != x.axis(-1)}
+    axes[len(shape) - 1] = part
+    return TensorValue(shape, axes, {len(shape) - 1: len(shape) - 2})
+
+
+def head_slice(walk: Walk, call: OpCall, member: Member, start: int, stop: int) -> Member:
+    """Features ``[start, stop)`` of every head of a head-split ``member``: strided in its
+    space, so they get a new space split into the same heads, each head linked in every
+    family to its features (a re-indexing, as a slice is)."""
+    facts, width, run = walk.facts, stop - start, member.head_width
+    part = facts.new_space(member.heads * width, call.module)
+    facts.cut(part, width)
+    for h in range(member.heads):
+        source = member.narrow(h * run + start, h * run + stop)
+        facts.link(source, part.narrow(h * width, (h + 1) * width), ALL_FAMILIES)
+    return Member(part.space, 0, part.stop, 1, member.heads)
 
 
 @rule("rotary", heads=True)

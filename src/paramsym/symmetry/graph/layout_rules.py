@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paramsym.symmetry.graph.attention_rules import split_or_merge_heads
+from paramsym.symmetry.graph.attention_rules import head_slice, split_or_merge_heads
 from paramsym.symmetry.graph.facts import ALL_FAMILIES, Member
 from paramsym.symmetry.graph.values import ParamValue, TensorValue, reshape_axis
 from paramsym.symmetry.graph.walk import OpCall, Walk, blank, rule
@@ -138,7 +138,15 @@ def identity(walk: Walk, call: OpCall) -> Any:
     return x if isinstance(x, (TensorValue, ParamValue)) else walk.fallback(call)
 
 
-@rule("slice")
+def _heads_whole(walk: Walk, call: OpCall, x: TensorValue, axis: int, whole: bool) -> TensorValue:
+    """``x`` for an op that splits or slices ``axis``: its head-split members are blocked
+    where the op takes heads apart (``unbind``, or ``axis`` is their head axis and not kept
+    ``whole``)."""
+    apart = call.op == "unbind" or (axis in x.head_axes.values() and not whole)
+    return walk.strip_heads(x, call) if apart else x
+
+
+@rule("slice", heads=True)
 def slice_(walk: Walk, call: OpCall) -> Any:
     x = call.args[0]
     if not isinstance(x, TensorValue):
@@ -149,23 +157,35 @@ def slice_(walk: Walk, call: OpCall) -> Any:
     start = 0 if start is None else int(start)
     stop = size if stop is None else min(int(stop), size)
     start, stop = (start + size if start < 0 else start), (stop + size if stop < 0 else stop)
+    x = _heads_whole(walk, call, x, axis, (start, stop, step) == (0, size, 1))
     axes = dict(x.axes)
     member = axes.pop(axis, None)
     if member is not None:
         narrowed = _narrow(walk, call, member, start, stop, int(step))
         if narrowed is not None:
             axes[axis] = narrowed
-    return TensorValue(_shape(call), axes)
+    return TensorValue(_shape(call), axes, _kept_heads(x, axes))
+
+
+def _kept_heads(x: TensorValue, axes: dict[int, Member]) -> dict[int, int]:
+    """The head axes of ``x`` for the feature axes still in ``axes`` (same axis numbers)."""
+    return {a: h for a, h in x.head_axes.items() if a in axes and axes[a].heads > 1}
 
 
 def _narrow(
     walk: Walk, call: OpCall, member: Member, start: int, stop: int, step: int = 1
 ) -> Member | None:
     """``member`` restricted to its tensor positions ``[start, stop)``; the dropped features
-    are cut off (blocked if the slice does not fall on feature boundaries)."""
+    are cut off (blocked if the slice does not fall on feature boundaries). In a head-split
+    member the positions are within each head (:func:`head_slice`)."""
     if step != 1 or start % member.block or stop % member.block:
         walk.facts.block(member, ALL_FAMILIES, f"{call.where} slices inside features")
         return None
+    if member.heads > 1:
+        if member.repeat != 1 or member.block != 1:
+            walk.facts.block(member, ALL_FAMILIES, f"{call.where} slices repeated heads")
+            return None
+        return head_slice(walk, call, member, start, stop)
     narrowed = member.narrow(start // member.block, stop // member.block)
     walk.facts.cut(Member(member.space, narrowed.start, narrowed.stop), narrowed.width or 1)
     walk.facts.cut(Member(member.space, member.start, member.stop), member.width or 1)
@@ -184,13 +204,14 @@ def select(walk: Walk, call: OpCall) -> Any:
     return TensorValue(_shape(call), axes)
 
 
-@rule("split", "split_with_sizes", "chunk", "unbind", "tensor_split")
+@rule("split", "split_with_sizes", "chunk", "unbind", "tensor_split", heads=True)
 def split(walk: Walk, call: OpCall) -> Any:
     x = call.args[0]
     if not isinstance(x, TensorValue) or not isinstance(call.shape, list):
         return walk.fallback(call)
     dim_index = {"split": 2, "split_with_sizes": 2, "chunk": 2, "unbind": 1, "tensor_split": 2}
     axis = x.axis(int(call.arg(dim_index[call.op], "dim", 0)))
+    x = _heads_whole(walk, call, x, axis, len(call.shape) == 1)
     outputs, position = [], 0
     for shape in call.shape:
         shape = tuple(shape)
@@ -205,7 +226,7 @@ def split(walk: Walk, call: OpCall) -> Any:
         if call.op == "unbind" and axis in x.axes:
             walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} unbinds features")
         position += shape[axis] if call.op != "unbind" else 1
-        outputs.append(TensorValue(shape, axes))
+        outputs.append(TensorValue(shape, axes, _kept_heads(x, axes)))
     return outputs
 
 

@@ -16,9 +16,12 @@ with its own rule:
 * ``repeat_heads(k, repeat=G)``: each key/value head serves G consecutive query heads;
 * ``packed_heads(x, chunks=C, heads=H)``: one packed projection read as C chunks (q, k, v) of H
   heads each by a single view, permute and unbind (timm's ViT attention);
+* ``head_chunk(x, chunk=c, heads=H)``: the same with the heads outermost, each head's
+  q, k and v side by side, read by a view to (…, H, C, D) and a ``select`` per chunk (BLOOM);
 * ``attention(q, k, v, masks)``: attention written by hand, ``softmax(q @ kᵀ · s + mask) @ v``
   with casts, dropout and masking (``add``, ``masked_fill``, ``where``) in between, read as
-  ``scaled_dot_product_attention`` is.
+  ``scaled_dot_product_attention`` is; the scores may come from ``baddbmm(bias, q, kᵀ)`` and
+  move between (B·H, T, S) and (B, H, T, S) on the way (BLOOM).
 
 A subgraph is fused only where its inner nodes are used by nothing outside it, so the walk
 loses nothing by skipping them. What is not fused is walked op by op.
@@ -319,6 +322,18 @@ def _repeat_heads(node: Any, fusion: Fusion) -> None:
 
 _PROBABILITIES = frozenset({*_CASTS, "dropout", "alpha_dropout", "feature_dropout"})
 _MATMUL = frozenset({"matmul", "bmm"})
+_SCORES = frozenset({*_MATMUL, "baddbmm"})
+"""The scores' product: ``baddbmm(bias, q, kᵀ)`` adds a bias (BLOOM's ALiBi) as it multiplies."""
+_VIEWS = frozenset({"view", "reshape", "_unsafe_view"})
+
+
+def _regroups_batch(node: Any) -> bool:
+    """A view that only regroups the leading (batch, head) axes of scores or probabilities:
+    (B·H, T, S) ↔ (B, H, T, S), as BLOOM moves between its heads-in-batch layout and masks."""
+    if _name(node) not in _VIEWS:
+        return False
+    before, after = _shape(node.args[0]), _shape(node)
+    return before is not None and after is not None and before[-2:] == after[-2:]
 
 
 def _swaps_last_two(node: Any) -> bool:
@@ -339,9 +354,11 @@ def _reaches_matmul(node: Any, depth: int = 8) -> bool:
     """Whether ``node`` is a matmul seen through scaling, masking and casts."""
     for _ in range(depth):
         name = _name(node)
-        if name in _MATMUL:
+        if name in _SCORES:
             return True
-        if name not in (*_CASTS, "mul", "div", "add", "masked_fill", "where"):
+        if name not in (*_CASTS, "mul", "div", "add", "masked_fill", "where") and not (
+            _regroups_batch(node)
+        ):
             return False
         node = node.args[1] if name == "where" else node.args[0]
         if name == "add" and not _reaches_matmul(node, depth - 1):
@@ -355,9 +372,12 @@ def _scores(node: Any, chain: list[Node], masks: list[Any]) -> Any:
     while True:
         chain.append(node)
         name = _name(node)
+        if name == "baddbmm":
+            masks.append(node.args[0])
+            return node
         if name in _MATMUL:
             return node
-        if name in _CASTS:
+        if name in _CASTS or _regroups_batch(node):
             node = node.args[0]
         elif name in ("mul", "div") and isinstance(node.args[1], (int, float, Node)):
             other = node.args[1]
@@ -385,7 +405,7 @@ def _attention(node: Any, fusion: Fusion) -> None:
         return
     probabilities, v = node.args[0], node.args[1]
     chain: list[Node] = []
-    while _name(probabilities) in _PROBABILITIES:
+    while _name(probabilities) in _PROBABILITIES or _regroups_batch(probabilities):
         chain.append(probabilities)
         probabilities = probabilities.args[0]
     if _name(probabilities) not in ("softmax", "_softmax"):
@@ -398,7 +418,7 @@ def _attention(node: Any, fusion: Fusion) -> None:
     scores = _scores(probabilities.args[0], chain, masks)
     if scores is None:
         return
-    q, k_t = scores.args[0], scores.args[1]
+    q, k_t = scores.args[1:3] if _name(scores) == "baddbmm" else scores.args[:2]
     key_axis = -2
     k = k_t
     if _swaps_last_two(k_t) and len(k_t.users) == 1:
@@ -444,7 +464,31 @@ def _packed_heads(node: Any, fusion: Fusion) -> None:
     )  # fmt: skip
 
 
-_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention, _packed_heads)
+def _head_chunk(node: Any, fusion: Fusion) -> None:
+    """``x.view(…, H, C, D)[…, c, :]``: chunk c (q, k or v) of every head read off one packed
+    projection whose heads are outermost (BLOOM's fused ``query_key_value``)."""
+    if _name(node) != "select":
+        return
+    viewed = node.args[0]
+    if _name(viewed) not in _VIEWS:
+        return
+    source, shape, packed = viewed.args[0], _shape(viewed), _shape(viewed.args[0])
+    if shape is None or packed is None or len(shape) != len(packed) + 2:
+        return
+    k = len(packed) - 1  # the packed feature axis splits into (H, C, D) at k, k + 1, k + 2
+    if list(shape[:k]) != list(packed[:k]) or shape[k] * shape[k + 1] * shape[k + 2] != packed[k]:
+        return
+    if not all(_name(u) == "select" and _axis(viewed, u.args[1]) == k + 1 for u in viewed.users):
+        return
+    fusion.skipped.add(viewed.name)
+    fusion.calls[node.name] = Fused(
+        "head_chunk",
+        [source],
+        {"chunk": int(node.args[2]) % shape[k + 1], "heads": shape[k]},
+    )
+
+
+_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention, _packed_heads, _head_chunk)
 
 
 def fuse(graph: torch.fx.Graph) -> Fusion:
