@@ -196,6 +196,7 @@ def symmetries(
     if random:
         _warn_training_mode(model, random)
     found, batch = _detect(model, example_input, strict, data_dependent, loss_fn)
+    graph_notes = list(getattr(found, "notes", ()))  # how the graph was made (repeated blocks)
     if batch is None and isinstance(model, nn.Sequential):
         batch = _linear_input(model)
     size = sum(p.numel() for p in model.parameters())
@@ -205,13 +206,14 @@ def symmetries(
         synthesized = batch is not example_input
         found = verify_symmetries(model, found, batch, synthesized=synthesized)
     notes = call_notes(model, example_input) if example_input is not None else []
-    return Symmetries(found, notes)
+    return Symmetries(found, [*notes, *graph_notes])
 
 
 class Symmetries(list[Symmetry]):
     """The list :func:`symmetries` returns, with ``notes``: how the model was called to find
     them (e.g. ``use_cache=False`` for a Hugging Face decoder, see
-    :mod:`paramsym.core.calls`)."""
+    :mod:`paramsym.core.calls`) and how its graph was made (a stack of identical blocks traced
+    once per distinct block, see :mod:`paramsym.symmetry.graph.repeat`)."""
 
     def __init__(self, found: list[Symmetry] = (), notes: list[str] = ()) -> None:  # type: ignore[assignment]
         super().__init__(found)
@@ -354,7 +356,7 @@ def _from_graph(
         chain = _Walker(loss_fn)
         chain.module(model, "", at_input=True, at_output=True)
         found += [s for s in chain.found if s.data_dependent]
-    return found
+    return Symmetries(found, analysis.notes)
 
 
 def _check_runs(model: nn.Module, example_input: Any) -> None:

@@ -29,6 +29,7 @@ from paramsym.symmetry.graph import rules as _rules  # noqa: F401
 from paramsym.symmetry.graph.attention_rules import attention_role, rotary_pairs
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.heads import head_permutations
+from paramsym.symmetry.graph.repeat import trace_repeated
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
 from paramsym.symmetry.graph.streams import mean_translations
 from paramsym.symmetry.graph.trace import TRACERS, TracedGraph, TraceError, trace_forward
@@ -55,12 +56,14 @@ class GraphAnalysis:
         unexplained: parameter -> how it is used that no rule understands (no symmetry moves
             it).
         trace_seconds, walk: the trace time and the walk (facts and values), for inspection.
+        notes: how the graph was made, where not by one plain trace (repeated blocks).
     """
 
     symmetries: list[Symmetry]
     unexplained: dict[str, str]
     trace_seconds: float
     walk: Walk = field(repr=False)
+    notes: list[str] = field(default_factory=list)
 
 
 def _covered(cls: Class, covered: dict[int, list[tuple[int, int]]]) -> bool:
@@ -177,21 +180,29 @@ def analyse(
     example_input: Any,
     loss_fn: Callable[..., Any] | None = None,
     tracers: tuple[str, ...] = TRACERS,
+    repeat_blocks: bool = True,
 ) -> GraphAnalysis:
     """Trace ``model`` on ``example_input`` (with the first of ``tracers`` that succeeds, see
     :func:`~paramsym.symmetry.graph.trace.trace_forward`) and detect its symmetries (raises
-    :class:`TraceError` when the forward cannot be traced)."""
-    traced: TracedGraph = _quiet_trace(model, example_input, tracers)
+    :class:`TraceError` when the forward cannot be traced). ``repeat_blocks``: a stack of
+    identical blocks is traced once per distinct block and its graph repeated
+    (:mod:`~paramsym.symmetry.graph.repeat`; the same symmetries, a fraction of the trace)."""
+    traced, notes = _quiet_trace(model, example_input, tracers, repeat_blocks)
     walk = run(traced)
     found = symmetries_of(walk) + mean_translations(traced, walk.facts.unexplained)
     found += _translation(walk, loss_fn)
-    return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk)
+    return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk, notes)
 
 
-def _quiet_trace(model: nn.Module, example_input: Any, tracers: tuple[str, ...]) -> TracedGraph:
+def _quiet_trace(
+    model: nn.Module, example_input: Any, tracers: tuple[str, ...], repeat_blocks: bool
+) -> tuple[TracedGraph, list[str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own notes (e.g. LSTM flat weights)
-        return trace_forward(model, example_input, tracers)
+        repeated = trace_repeated(model, example_input, tracers) if repeat_blocks else None
+        if repeated is not None:
+            return repeated[0], [repeated[1]]
+        return trace_forward(model, example_input, tracers), []
 
 
 def graph_symmetries(
