@@ -125,6 +125,18 @@ def test_bloom_kernel_equals_dense_autograd() -> None:
         ps.ntk(model, x, output=_first(2), method="vp")
 
 
+def test_a_one_field_model_output_is_its_field_and_two_fields_need_output() -> None:
+    """``output=None`` on a base model's ``ModelOutput`` (only ``last_hidden_state`` set) is
+    that field, in the NTK as in the identities; with two fields set it is refused by name."""
+    model, x = build("gpt2"), example_input("gpt2")
+    small = {"input_ids": x["input_ids"][:, :3]}
+    default = ps.ntk(model, small, mode="trace")
+    named = ps.ntk(model, small, output="last_hidden_state", mode="trace")
+    assert torch.equal(default, named)
+    model.config.output_hidden_states = True  # now the output has two fields
+    with pytest.raises(ps.InvalidArgumentError, match="choose the tensor"):
+        ps.ntk(model, small, mode="trace")
+
 def test_keyword_batches_are_checked() -> None:
     model, x = build("llama"), example_input("llama")
     with pytest.raises(ps.InvalidArgumentError, match="mapping of tensors"):

@@ -136,19 +136,6 @@ def prepare(
     return point, x, target
 
 
-def pick_output(raw: Any, output: OutputSelector, model: nn.Module, where: str) -> Tensor:
-    """f(θ) from the model's return value ``raw``: the tensor ``output`` selects, or (``output``
-    ``None``) ``raw`` itself when it is a tensor, or the field of a mapping output with one field
-    (a ``ModelOutput`` lists only the fields that are set) when that is a tensor. Anything else
-    raises, naming what came back and the ``output=`` to pass: with several fields, which one
-    the loss reads is not for paramsym to guess."""
-    if output is None and isinstance(raw, Mapping) and len(raw) == 1:
-        (only,) = raw.values()
-        if isinstance(only, Tensor):
-            return only
-    return select_output(raw, output, model, where)
-
-
 def _held(value: Any) -> Any:
     """A field of the model's output held fixed: tensors (also in a tuple or list) detached."""
     if isinstance(value, Tensor):
@@ -196,12 +183,13 @@ def evaluate(
     where: str,
     output: OutputSelector = None,
 ) -> tuple[Tensor, Callable[[Tensor], Any]]:
-    """f(θ) on the batch (:func:`pick_output`; it must be finite) and :func:`loss_input` of the
-    model's return value. ``x`` is a tensor, a tuple of positional inputs or a mapping of keyword
-    inputs (:func:`paramsym.core.calls.call_arguments`)."""
+    """f(θ) on the batch (:func:`~paramsym.tangent_kernel.outputs.select_output`; it must be
+    finite) and :func:`loss_input` of the model's return value. ``x`` is a tensor, a tuple of
+    positional inputs or a mapping of keyword inputs
+    (:func:`paramsym.core.calls.call_arguments`)."""
     with differentiable_attention():
         raw = functional_call(model, params, x)
-    y = pick_output(raw, output, model, where)
+    y = select_output(raw, output, model, where)
     if not bool(torch.isfinite(y).all()):
         raise NonFiniteError(
             f"{where}: f(θ) has NaN or infinite entries at these parameters, so no identity can "

@@ -80,7 +80,7 @@ def continuous_sanity(
     output: OutputSelector = None,
 ) -> tuple[dict[str, float], bool]:
     """Residuals of eq. (1) at g₀, a random g and ``g``; and whether S(·, g₀) = id near y0
-    (f is the tensor ``output`` selects, :func:`~paramsym.equivariance.forward.pick_output`).
+    (f is the tensor ``output`` selects, :func:`~paramsym.tangent_kernel.outputs.select_output`).
 
     Raises :class:`EquivarianceError` if g₀ is not an identity of T, or (for an exact
     transformation) if eq. (1) fails at any of the points by more than ``tol``.

@@ -78,6 +78,11 @@ def _label(output: Any) -> str:
 def select_output(raw: Any, output: OutputSelector, model: nn.Module, where: str) -> Tensor:
     """The tensor ``output`` picks from ``raw``, the return value of ``model``'s forward.
 
+    With ``output=None``: ``raw`` itself when it is a tensor, or the field of a mapping with
+    one field (a ``ModelOutput`` lists only the fields that are set, so a Hugging Face base
+    model called without extras gives its ``last_hidden_state``) when that is a tensor. With
+    several fields which one to analyse is not for paramsym to guess.
+
     Raises :class:`InvalidArgumentError` (naming ``where``, the model and what it returned)
     when nothing selects a tensor; never an ``AttributeError`` or ``IndexError``.
     """
@@ -85,6 +90,10 @@ def select_output(raw: Any, output: OutputSelector, model: nn.Module, where: str
     if output is None:
         if isinstance(raw, Tensor):
             return raw
+        if isinstance(raw, Mapping) and len(raw) == 1:
+            (only,) = raw.values()
+            if isinstance(only, Tensor):
+                return only
         raise InvalidArgumentError(
             f"{where}: {name} returned {_describe(raw)}, not a tensor; choose the tensor to "
             f"analyse: {_HOW}"
