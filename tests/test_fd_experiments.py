@@ -19,12 +19,14 @@ from paramsym.experiments.functional_dimension.training import (
     Task,
     _Cohort,
     adam,
+    functional_dimensions,
     he_variant_init,
     init_seed,
     train_and_track,
 )
 from paramsym.experiments.registry import SilentProgress
 from paramsym.sweep import run_experiment
+from paramsym.tangent_kernel.dimension import parameter_jacobian
 
 NAMES = ("fd-univariate", "fd-bivariate", "fd-weight-decay", "fd-energy")
 
@@ -124,6 +126,28 @@ def test_batched_runs_follow_their_own_adam_updates():
         batched = cohort.model(b)
         for p, q in zip(model.parameters(), batched.parameters(), strict=True):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_cohort_jacobians_and_ranks_are_the_librarys():
+    """The FD of every network of a cohort, from the cohort's batched Jacobians and one batched
+    SVD, is ps.functional_dimension of that network alone (float32 and float64), and the
+    Jacobians are ps's parameter_jacobian (2-D inputs, weight decays of both kinds, after a
+    few epochs so that some units are dead on some samples)."""
+    x = torch.rand(30, 2, generator=torch.Generator().manual_seed(0))
+    tasks = [Task("a", x, x.sum(1, keepdim=True).sin(), 1e-3), Task("b", x, x[:, :1] ** 2, 0.0)]
+    schedule = Schedule(seed=1, runs=3, epochs=5, every=5, learning_rate=0.05, batch_size=8)
+    cohort = _Cohort(tasks, schedule)
+    optimizer = adam(cohort.parameters, schedule.learning_rate)
+    for _ in range(schedule.epochs):
+        cohort.epoch(optimizer, schedule.batch_size)
+    for dtype in (torch.float32, torch.float64):
+        jacobians = cohort.jacobians(dtype)
+        ranks = functional_dimensions(cohort, dtype)
+        for b, (task, _) in enumerate(cohort.members):
+            model = cohort.model(b)
+            expected = parameter_jacobian(model, task.x, dtype=dtype)
+            torch.testing.assert_close(jacobians[b], expected, rtol=1e-6, atol=1e-7)
+            assert ranks[b] == ps.functional_dimension(model, task.x, dtype=dtype).rank
 
 
 def test_checkpoints_include_init_every_and_the_last_epoch():

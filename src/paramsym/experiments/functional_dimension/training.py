@@ -125,7 +125,11 @@ class _Cohort:
             torch.stack([ls[i].bias.detach() for ls in layers]).requires_grad_()
             for i in range(len(layers[0]))
         ]
-        self.decay = torch.tensor([t.weight_decay for t, _ in self.members])
+        decay = torch.tensor([t.weight_decay for t, _ in self.members])
+        # λ of each run, broadcast to the shape of each parameter (in ``parameters`` order)
+        self._decays = [
+            decay.view(-1, *[1] * (p.dim() - 1)).expand_as(p).contiguous() for p in self.parameters
+        ]
         self.x = torch.stack([t.x for t, _ in self.members])  # (B, m, n0)
         self.y = torch.stack([t.y for t, _ in self.members])  # (B, m, 1)
 
@@ -148,20 +152,55 @@ class _Cohort:
         The loss is the sum of the runs' own MSELoss, so each run gets its own gradient; its
         weight decay λ is then added as ``grad ← grad + λ·θ`` before the Adam step, which is
         exactly what ``torch.optim.Adam(weight_decay=λ)`` does (coupled L2), run by run.
+        Each run's data is put in its shuffled order once per epoch (one gather, then
+        contiguous minibatches), and the decay is added by two ``torch._foreach`` calls: the
+        same values as indexing each minibatch and adding parameter by parameter, with fewer
+        small tensor operations per step (they dominate at these sizes).
         """
         m = self.x.shape[1]
         order = torch.stack([torch.randperm(m, generator=g) for g in self.generators])
         rows = torch.arange(len(self.members)).unsqueeze(1)
-        for start in range(0, m, batch_size):
-            index = order[:, start : start + batch_size]
+        xs = self.x[rows, order].split(batch_size, dim=1)
+        ys = self.y[rows, order].split(batch_size, dim=1)
+        parameters = self.parameters
+        for x, y in zip(xs, ys, strict=True):
             optimizer.zero_grad()
-            error = self.forward(self.x[rows, index]) - self.y[rows, index]
+            error = self.forward(x.contiguous()) - y.contiguous()
             error.pow(2).mean(dim=(1, 2)).sum().backward()
+            grads = [p.grad for p in parameters]
+            assert all(g is not None for g in grads)
             with torch.no_grad():
-                for p in self.parameters:
-                    assert p.grad is not None
-                    p.grad.add_(self.decay.view(-1, *[1] * (p.dim() - 1)) * p)
+                torch._foreach_add_(grads, torch._foreach_mul(parameters, self._decays))
             optimizer.step()
+
+    def jacobians(self, dtype: torch.dtype) -> Tensor:
+        """The parameter Jacobians of all B networks on their own data, ``(B, m, P)`` in
+        ``dtype``: row ``i`` of network ``b`` is ∂f_b(x_i)/∂θ_b with the parameters in
+        ``ps.flatten`` order of the ``ps.mlp`` (weights row-major, each layer's bias after
+        its weight), the matrix ``ps.parameter_jacobian`` gives for ``model(b)`` (tested).
+
+        Backpropagation written out for the ReLU MLP, all networks and samples at once:
+        δ_L = 1, δ_l = (W_{l+1}ᵀ δ_{l+1}) ⊙ 1[z_l > 0], ∂f/∂W_l = δ_l h_{l−1}ᵀ, ∂f/∂b_l = δ_l.
+        """
+        with torch.no_grad():
+            weights = [w.detach().to(dtype) for w in self.weights]
+            biases = [b.detach().to(dtype) for b in self.biases]
+            inputs = [self.x.to(dtype)]  # h_{l-1} of each layer l
+            masks = []
+            for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+                if i < len(weights) - 1:
+                    z = torch.baddbmm(b.unsqueeze(1), inputs[-1], w.transpose(1, 2))
+                    masks.append(z > 0)
+                    inputs.append(torch.relu(z))
+            batch, m = self.x.shape[:2]
+            delta = torch.ones(batch, m, 1, dtype=dtype)
+            blocks: list[Tensor] = []
+            for i in reversed(range(len(weights))):
+                outer = delta.unsqueeze(-1) * inputs[i].unsqueeze(-2)  # (B, m, out, in)
+                blocks[:0] = [outer.reshape(batch, m, -1), delta]
+                if i:
+                    delta = torch.bmm(delta, weights[i]) * masks[i - 1]
+            return torch.cat(blocks, dim=2)
 
     def model(self, b: int) -> nn.Module:
         """Network ``b`` as a ``ps.mlp`` (the template, overwritten)."""
@@ -174,15 +213,29 @@ class _Cohort:
         return self.template
 
 
+def functional_dimensions(cohort: _Cohort, dtype: torch.dtype) -> list[int]:
+    """FD of each network of the cohort on its data: the rank of its Jacobian in ``dtype`` by
+    ``ps.functional_dimension``'s rule (singular values above ``max(m, P)·eps·σ_max``; the
+    paper's ``torch.linalg.matrix_rank`` rule), from :meth:`_Cohort.jacobians` and one
+    batched SVD instead of one Jacobian per network (the same ranks; tested)."""
+    jacobians = cohort.jacobians(dtype)
+    singular = torch.linalg.svdvals(jacobians)  # (B, min(m, P)), largest first
+    scale = max(jacobians.shape[1:]) * torch.finfo(dtype).eps
+    threshold = (scale * singular[:, :1].double()).to(dtype)  # as the float threshold there
+    return (singular > threshold).sum(dim=1).tolist()
+
+
 def _measure(cohort: _Cohort, records: list[Trajectory], epoch: int, probe: Tensor | None) -> None:
     """Record FD (float32 and float64), linear regions and the training loss of every run."""
     with torch.no_grad():
         losses = (cohort.forward(cohort.x) - cohort.y).pow(2).mean(dim=(1, 2))
+    fd32 = functional_dimensions(cohort, torch.float32)
+    fd64 = functional_dimensions(cohort, torch.float64)
     for b, ((task, _), record) in enumerate(zip(cohort.members, records, strict=True)):
         model = cohort.model(b)
         record.epochs.append(epoch)
-        record.fd32.append(ps.functional_dimension(model, task.x, dtype=torch.float32).rank)
-        record.fd64.append(ps.functional_dimension(model, task.x, dtype=torch.float64).rank)
+        record.fd32.append(fd32[b])
+        record.fd64.append(fd64[b])
         record.regions.append(ps.linear_regions(model, task.x).count)
         record.loss.append(float(losses[b]))
         if probe is not None:
