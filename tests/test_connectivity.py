@@ -250,6 +250,37 @@ def test_weight_matching_never_decreases_the_objective(order) -> None:
     assert relative_error(ps.functional_call(model_b, result.params, x), model_b(x)) < 1e-13
 
 
+def test_kept_cost_matrices_give_the_descent_without_them(monkeypatch) -> None:
+    """A group's cost matrix is reused while no group acting on its tensors has changed
+    (``_CostCache``): the descent is the same, step for step, as one that recomputes every
+    matrix, on a residual stack where one stream permutation reads every weight."""
+    from paramsym.connectivity import matching
+    from paramsym.nn import zoo
+
+    def pair(seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return zoo.GPTStyle(vocab=11, context=8, width=8, heads=2, layers=2).to(F64).eval()
+
+    a, b = pair(1), pair(2)
+    x = torch.randint(0, 11, (2, 8), generator=_gen(3))
+    calls = []
+    original = matching._cost_matrix
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(matching, "_cost_matrix", counted)
+    kept = weight_matching(a, b, example_input=x)
+    with_cache = len(calls)
+    monkeypatch.setattr(matching._CostCache, "get", lambda self, group: None)
+    calls.clear()
+    fresh = weight_matching(a, b, example_input=x)
+    assert kept.history == fresh.history
+    assert all(torch.equal(kept.permutations[g], fresh.permutations[g]) for g in kept.permutations)
+    assert kept.iterations == fresh.iterations >= 2
+    assert with_cache < len(calls)  # the last sweep, at least, reused every matrix
+
 def test_weight_matching_ends_at_a_coordinatewise_optimum_brute_force() -> None:
     """At convergence no permutation of any single group (all 4! of them) raises J."""
     widths = [3, 4, 4, 4, 2]

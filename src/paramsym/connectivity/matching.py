@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -605,6 +606,7 @@ def _coordinate_descent(
     objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
+    costs = _CostCache(actions, rows_a)
     order_rng = np.random.default_rng(seed)
     converged = False
     iterations = 0
@@ -615,7 +617,9 @@ def _coordinate_descent(
             group = names[int(index)]
             action = actions[group]
             old = permutations[group]
-            cost = _cost_matrix(rows_a[group], current, action.width, old)
+            cost = costs.get(group)
+            if cost is None:
+                cost = costs.put(group, _cost_matrix(rows_a[group], current, action.width, old))
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
             rows = np.arange(action.width)
             gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
@@ -632,6 +636,7 @@ def _coordinate_descent(
                     # step that lowers J is not taken.
                     continue
             current, permutations[group], objective = candidate, new, value
+            costs.changed(group)
             history.append(objective)
             improved = True
         if not improved:
@@ -640,6 +645,53 @@ def _coordinate_descent(
     history[-1] = matching_objective(wide_a, current, spec)  # the sum of gains, recomputed
     aligned = {k: v.to(state_b[k].dtype) for k, v in current.items()}
     return permutations, aligned, history, iterations, converged
+
+
+class _CostCache:
+    """Cost matrices kept until a group they read changes.
+
+    A group's cost matrix (:func:`_cost_matrix`, in θ_B's original neuron order) depends on
+    its own permutation only where it permutes two axes of one tensor; otherwise only on the
+    permutations of the groups acting on the other axes of its tensors (its neighbours). Such
+    a matrix is reused while no neighbour has changed: a sweep in which few groups move (the
+    last one moves none) costs few matrix products. Each cost matrix of a transformer's
+    residual stream reads every weight of the model."""
+
+    def __init__(
+        self,
+        actions: Mapping[str, NeuronPermutation],
+        rows_a: Mapping[str, list[tuple[Slot, Tensor]]],
+    ) -> None:
+        acting: dict[str, set[str]] = defaultdict(set)
+        for group, action in actions.items():
+            for slot in action.slots:
+                acting[slot.name].add(group)
+        self.neighbours = {
+            group: sorted({h for slot, _ in rows_a[group] for h in acting[slot.name]} - {group})
+            for group in actions
+        }
+        self.cacheable = {
+            group: len({slot.name for slot in action.slots}) == len(action.slots)
+            for group, action in actions.items()
+        }
+        self.version = dict.fromkeys(actions, 0)
+        self.kept: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+
+    def _key(self, group: str) -> tuple[int, ...]:
+        return tuple(self.version[h] for h in self.neighbours[group])
+
+    def get(self, group: str) -> np.ndarray | None:
+        """The kept cost matrix of ``group`` if none of its neighbours changed since."""
+        kept = self.kept.get(group)
+        return kept[1] if kept is not None and kept[0] == self._key(group) else None
+
+    def put(self, group: str, cost: np.ndarray) -> np.ndarray:
+        if self.cacheable[group]:
+            self.kept[group] = (self._key(group), cost)
+        return cost
+
+    def changed(self, group: str) -> None:
+        self.version[group] += 1
 
 
 def _wide(state: Mapping[str, Tensor]) -> Params:
