@@ -281,6 +281,7 @@ def test_kept_cost_matrices_give_the_descent_without_them(monkeypatch) -> None:
     assert kept.iterations == fresh.iterations >= 2
     assert with_cache < len(calls)  # the last sweep, at least, reused every matrix
 
+
 def test_weight_matching_ends_at_a_coordinatewise_optimum_brute_force() -> None:
     """At convergence no permutation of any single group (all 4! of them) raises J."""
     widths = [3, 4, 4, 4, 2]

@@ -137,6 +137,7 @@ def test_a_one_field_model_output_is_its_field_and_two_fields_need_output() -> N
     with pytest.raises(ps.InvalidArgumentError, match="choose the tensor"):
         ps.ntk(model, small, mode="trace")
 
+
 def test_keyword_batches_are_checked() -> None:
     model, x = build("llama"), example_input("llama")
     with pytest.raises(ps.InvalidArgumentError, match="mapping of tensors"):

@@ -13,7 +13,7 @@ Layout of one run directory::
 ``write_index(runs_root)`` writes ``runs_root/index.html`` (:mod:`paramsym.report_html`): the
 claims of the latest run of every experiment, grouped by paper and chapter, beside its figures,
 a static page that opens from disk without a server or network. Every file is written
-atomically (a temporary file in the same directory, then a rename).
+atomically (a temporary file in the same directory, then a rename: :mod:`paramsym.run_files`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,28 +32,11 @@ import matplotlib.pyplot as plt
 
 from paramsym.errors import ExperimentError
 from paramsym.experiments.registry import ClaimTally, config_to_dict
+from paramsym.report_html import write_index_page
+from paramsym.run_files import atomic_write_bytes, atomic_write_text, format_value
 
 if TYPE_CHECKING:
     from paramsym.experiments.registry import ClaimOutcome, Experiment, Result
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def save_figure(figure: Any, path: Path) -> None:
@@ -78,15 +59,6 @@ def _csv_text(table: Mapping[str, Sequence[Any]]) -> str:
     writer.writerow(columns)
     writer.writerows(zip(*(table[c] for c in columns), strict=True))
     return buffer.getvalue()
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        shown = ", ".join(_format(v) for v in value[:8])
-        return f"[{shown}{', …' if len(value) > 8 else ''}]"
-    return str(value)
 
 
 def write_run_outputs(
@@ -153,7 +125,7 @@ def _report_markdown(
     ]
     for o in outcomes:
         lines.append(
-            f"| {o.claim} | {o.source} | {o.expected} | {_format(o.measured)} "
+            f"| {o.claim} | {o.source} | {o.expected} | {format_value(o.measured)} "
             f"| {MARKDOWN_VERDICTS[o.holds]} |"
         )
     if not outcomes:
@@ -161,7 +133,7 @@ def _report_markdown(
     lines += ["", "## Figures", ""]
     lines += [f"![{name}]({name})" for name in figures] or ["(none)"]
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {_format(v)} |" for k, v in result.metrics.items()]
+    lines += [f"| {k} | {format_value(v)} |" for k, v in result.metrics.items()]
     lines += [
         "",
         "## Configuration",
@@ -192,21 +164,6 @@ def write_sweep_summary(
     atomic_write_text(directory / "report.md", "\n".join(lines) + "\n")
 
 
-# -- the index page ----------------------------------------------------------------------------
-
-
-def completed_runs(runs_root: Path) -> list[Path]:
-    """The latest complete run directory (one with metrics.json) of every experiment."""
-    latest: list[Path] = []
-    if not runs_root.is_dir():
-        return latest
-    for experiment_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
-        runs = sorted(p for p in experiment_dir.iterdir() if (p / "metrics.json").exists())
-        if runs:
-            latest.append(runs[-1])
-    return latest
-
-
 def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Path:
     """Write ``runs_root/index.html`` from the latest complete run of each experiment: claims
     grouped by paper and chapter beside the figures, with a filter for the failing claims (the
@@ -214,6 +171,4 @@ def write_index(runs_root: Path, skipped: Mapping[str, str] | None = None) -> Pa
 
     ``skipped`` maps experiment names to why they did not run (e.g. missing data files).
     """
-    from paramsym.report_html import write_index_page  # it imports this module
-
     return write_index_page(runs_root, skipped)

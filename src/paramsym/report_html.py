@@ -29,7 +29,7 @@ from urllib.parse import quote
 from paramsym.errors import ExperimentError
 from paramsym.experiments import registry
 from paramsym.experiments.registry import ClaimTally
-from paramsym.report import _format, atomic_write_text, completed_runs
+from paramsym.run_files import atomic_write_text, completed_runs, format_value
 
 HTML_VERDICTS = {
     True: '<span class="yes">holds</span>',
@@ -193,7 +193,7 @@ def _claims_table(run: _Run) -> str:
             f"<td>{html.escape(str(claim['claim']))}</td>"
             f"<td>{html.escape(str(claim['source']))}</td>"
             f"<td>{html.escape(str(claim['expected']))}</td>"
-            f"<td>{html.escape(_format(claim['measured']))}</td>"
+            f"<td>{html.escape(format_value(claim['measured']))}</td>"
             f"<td>{HTML_VERDICTS[claim['holds']]}</td></tr>"
         )
     if not rows:

@@ -1,6 +1,6 @@
 """The catalogue of parameter-space symmetries and their automatic detection."""
 
-from paramsym.symmetry import attention as _attention  # noqa: F401  (registers block analysers)
+from paramsym.symmetry import attention_blocks as _blocks  # noqa: F401  (registers analysers)
 from paramsym.symmetry import lowrank as _lowrank  # noqa: F401
 from paramsym.symmetry import rbf as _rbf  # noqa: F401
 from paramsym.symmetry.attention import HeadPermutation, QueryKeyGL, ValueOutputGL

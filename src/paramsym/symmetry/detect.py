@@ -9,7 +9,8 @@ reason), the model's modules are walked from the root:
 * a module with a *block analyser* (see :func:`register_block`, and the
   ``paramsym_symmetries(prefix)`` method a user's module may define) is analysed as a whole:
   attention (``nn.MultiheadAttention``, :class:`~paramsym.nn.MultiHeadAttention`),
-  ``nn.TransformerEncoderLayer``/``DecoderLayer``/``Encoder``/``Decoder``,
+  ``nn.TransformerEncoderLayer``/``DecoderLayer``/``Encoder``/``Decoder``
+  (:mod:`paramsym.symmetry.attention_blocks`),
   :class:`~paramsym.nn.LoRALinear`, :class:`~paramsym.nn.RBFNetwork`,
   :class:`~paramsym.nn.TinyTransformer`, and the landscapes of :mod:`paramsym.landscapes`;
 * an ``nn.Sequential`` is analysed as a chain (:mod:`paramsym.symmetry.chain`); a module in it
@@ -173,7 +174,9 @@ def symmetries(
             starts with a linear layer); a symmetry that changes the output is downgraded to
             approximate with a :class:`~paramsym.errors.SymmetryVerificationWarning`
             (:mod:`paramsym.symmetry.verify`). ``None`` (default): on for models with at most
-            a million parameters when there is an input to run.
+            a million parameters when there is an input to run. Verification first checks
+            that the parameters are finite (:class:`~paramsym.errors.NonFiniteError`);
+            detection itself reads only the architecture.
 
     Returns:
         The symmetries in model order (per feature space: continuous groups, then
@@ -191,7 +194,6 @@ def symmetries(
     permutation[2->4] S_8
     """
     require_module(model, "symmetries")
-    check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
     random = random_modules(model) if example_input is not None else []
     if random:
         _warn_training_mode(model, random)
@@ -203,6 +205,8 @@ def symmetries(
     if verify is None:
         verify = size <= VERIFY_PARAMETER_LIMIT
     if verify and batch is not None and not random:  # a random forward: nothing to compare
+        # detection reads the architecture only; the values matter where the model runs
+        check_finite(model.named_parameters(), f"symmetries({type(model).__name__})")
         synthesized = batch is not example_input
         found = verify_symmetries(model, found, batch, synthesized=synthesized)
     notes = call_notes(model, example_input) if example_input is not None else []

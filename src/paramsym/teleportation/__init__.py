@@ -40,6 +40,7 @@ from paramsym.teleportation.learned_tasks import (
     steps_to_threshold,
 )
 from paramsym.teleportation.levelset import LevelSetResult, level_set_teleport
+from paramsym.teleportation.objective_names import resolve_objective
 from paramsym.teleportation.objectives import (
     FunctionObjective,
     GradNorm,
@@ -47,7 +48,6 @@ from paramsym.teleportation.objectives import (
     Objective,
     PreconditionedGradNorm,
     TeleportContext,
-    resolve_objective,
 )
 from paramsym.teleportation.orbit_geometry import (
     Curvature,

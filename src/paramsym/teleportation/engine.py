@@ -65,7 +65,8 @@ from paramsym.teleportation.ascent import (
     TransportAscent,
     choose_method,
 )
-from paramsym.teleportation.objectives import Batch, LossFn, Objective, resolve_objective
+from paramsym.teleportation.objective_names import resolve_objective
+from paramsym.teleportation.objectives import Batch, LossFn, Objective
 from paramsym.teleportation.orbit import Orbit, Parameterization
 from paramsym.teleportation.scaling_transport import ScalingTransportAscent, scalings_only
 from paramsym.teleportation.selection import (

@@ -25,7 +25,9 @@ A callable ``fn(model, params, loss_fn, batch, optimizer) -> Tensor`` (:class:`F
     Anything differentiable in ``params``.
 
 The engine assumes nothing beyond differentiability. Every built-in objective is maximised by
-default; ``teleport(..., ascend=False)`` minimises it (Algorithm 2's descent).
+default; ``teleport(..., ascend=False)`` minimises it (Algorithm 2's descent). Names are turned
+into objectives by :func:`~paramsym.teleportation.resolve_objective`
+(:mod:`paramsym.teleportation.objective_names`).
 """
 
 from __future__ import annotations
@@ -319,45 +321,6 @@ class FunctionObjective(Objective):
                 + (f" of shape {tuple(value.shape)}" if isinstance(value, Tensor) else "")
             )
         return value.reshape(())
-
-
-def resolve_objective(
-    objective: str | Objective | Callable[..., Tensor],
-    *,
-    optimizer: torch.optim.Optimizer | None = None,
-    model: nn.Module | None = None,
-) -> Objective:
-    """An :class:`Objective` from a name, an instance or a callable (see the module docstring)."""
-    if isinstance(objective, Objective):
-        return objective
-    if isinstance(objective, str):
-        if objective == "grad_norm":
-            return GradNorm()
-        if objective == "loss_alignment":
-            return LossAlignment()
-        if objective in ("sharpness", "curvature"):
-            from paramsym.teleportation.flatness import Sharpness
-            from paramsym.teleportation.orbit_geometry import Curvature
-
-            return Sharpness() if objective == "sharpness" else Curvature()
-        if objective == "preconditioned_grad_norm":
-            if optimizer is None or model is None:
-                raise InvalidArgumentError(
-                    "teleport: objective='preconditioned_grad_norm' reads the optimizer's "
-                    "state; pass optimizer=..., or a PreconditionedGradNorm(diagonal)"
-                )
-            return PreconditionedGradNorm.from_optimizer(optimizer, model)
-        raise InvalidArgumentError(
-            f"teleport: unknown objective {objective!r}; use 'grad_norm', "
-            "'preconditioned_grad_norm', 'loss_alignment', 'sharpness', 'curvature', an "
-            "Objective or a callable"
-        )
-    if callable(objective):
-        return FunctionObjective(objective)
-    raise InvalidArgumentError(
-        f"teleport: objective must be a name, an Objective or a callable, got "
-        f"{type(objective).__name__}"
-    )
 
 
 def is_finite(value: Tensor) -> bool:

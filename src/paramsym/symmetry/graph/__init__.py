@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from paramsym.symmetry.base import NeuronSymmetry, Preserves, Symmetry
+from paramsym.symmetry.chain import is_softmax_cross_entropy
 from paramsym.symmetry.graph import arith_rules as _arith  # noqa: F401  (registers rules)
 from paramsym.symmetry.graph import layout_rules as _layout  # noqa: F401
 from paramsym.symmetry.graph import recurrent_rules as _recurrent  # noqa: F401
@@ -137,8 +138,6 @@ def _unique(symmetries: list[Symmetry]) -> list[Symmetry]:
 def _translation(walk: Walk, loss_fn: Callable[..., Any] | None) -> list[Symmetry]:
     """The last layer's softmax translation: the output is a linear map's features, and
     either a softmax over them follows in the model or the loss is softmax cross-entropy."""
-    from paramsym.symmetry.chain import is_softmax_cross_entropy
-
     outputs = walk.env.get("__output__")
     if not isinstance(outputs, (list, tuple)) or len(outputs) != 1:
         return []
