@@ -330,6 +330,28 @@ class Symmetry(abc.ABC):
         out = torch.func.jvp(lambda z: self.act(params, self.exp(z), x), (zero,), (xi,))[1]
         return dict(out)
 
+    def cotangent_pullback(
+        self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor], x: Tensor | None = None
+    ) -> Tensor:
+        """T_sᵀ c, shape ``(dim,)``: a covector on parameter space (``cotangent``, e.g. ∇_θJ, a
+        params-shaped dict) pulled back to the Lie algebra, ∂/∂ξ ⟨c, :meth:`tangent` (θ, ξ)⟩.
+        This is ∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for c = ∇_θJ (teleportation's ascent direction).
+
+        Generic version: the tangent of :attr:`parameter_names` only, differentiated in ξ;
+        slot-based families override it with one that reads only their slots' regions."""
+        own = {k: params[k] for k in self.parameter_names if k in params}
+        ref = next(iter(own.values()), None)
+        dtype = ref.dtype if ref is not None else torch.get_default_dtype()
+        xi = torch.zeros(self.dim, dtype=dtype, device=ref.device if ref is not None else None)
+        if self.dim == 0 or ref is None:
+            return xi
+        xi.requires_grad_(True)
+        with torch.enable_grad():
+            rate = self.tangent(own, xi, x)
+            pairing = torch.stack([(rate[k] * cotangent[k]).sum() for k in own]).sum()
+            (gradient,) = torch.autograd.grad(pairing, xi, allow_unused=True)
+        return torch.zeros_like(xi) if gradient is None else gradient.detach()
+
     # -- helpers for implementations -------------------------------------------------------
     def check_xi(self, xi: Tensor) -> Tensor:
         """Validate Lie-algebra coordinates: a floating tensor of shape ``(dim,)``."""
@@ -490,6 +512,36 @@ class NeuronSymmetry(Symmetry):
             rate = self._differential(self._read(t, slot), slot, generator)
             out[slot.name] = out[slot.name] + self._write(torch.zeros_like(t), slot, rate)
         return out
+
+    def cotangent_pullback(
+        self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor], x: Tensor | None = None
+    ) -> Tensor:
+        """T_sᵀ c (see :meth:`Symmetry.cotangent_pullback`) from the slots' regions alone:
+        Σ_slots ⟨rate of the slot, the slot's region of c⟩, differentiated in ξ, without
+        :meth:`tangent`'s full-size zeros (a transformer's stream group reads every weight,
+        its per-head groups one head's rows of a large matrix). ``params`` is not checked:
+        the caller validated it. A subclass with its own :meth:`tangent` gets the generic
+        version."""
+        if type(self).tangent is not NeuronSymmetry.tangent:
+            return super().cotangent_pullback(params, cotangent, x)
+        present = [slot for slot in self.slots if slot.name in params]
+        ref = params[present[0].name] if present else None
+        if ref is None or self.dim == 0:
+            return super().cotangent_pullback(params, cotangent, x)
+        xi = torch.zeros(self.dim, dtype=ref.dtype, device=ref.device, requires_grad=True)
+        with torch.enable_grad():
+            generator = self._algebra(xi)
+            pairing = torch.stack(
+                [
+                    (
+                        self._differential(self._read(params[slot.name], slot), slot, generator)
+                        * self._read(cotangent[slot.name], slot)
+                    ).sum()
+                    for slot in present
+                ]
+            ).sum()
+            (gradient,) = torch.autograd.grad(pairing, xi, allow_unused=True)
+        return torch.zeros_like(xi) if gradient is None else gradient.detach()
 
     @abc.abstractmethod
     def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:

@@ -283,8 +283,8 @@ class TransportAscent(AscentPath):
             grads = torch.autograd.grad(
                 value, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
             )
-        cotangent = {k: torch.zeros_like(t) for k, t in params.items()}
-        cotangent.update({k: g.detach() for k, g in zip(names, grads, strict=True)})
+        cotangent = {k: g.detach() for k, g in zip(names, grads, strict=True)}
+        cotangent.update({k: torch.zeros_like(t) for k, t in params.items() if k not in cotangent})
         return Point(
             params,
             float(value.detach()),
@@ -321,17 +321,17 @@ class TransportAscent(AscentPath):
         is B_ξ c; for an affine action the tangent at c is B_ξ c + b_ξ, and the pullback at
         the zero point (b_ξ alone) is subtracted."""
         assert point.loss_gradient is not None
-        cotangent = {k: -v for k, v in point.loss_gradient.items()}
-        full = {k: cotangent.get(k, torch.zeros_like(t)) for k, t in point.params.items()}
+        full = {k: -v for k, v in point.loss_gradient.items()}
+        full.update({k: torch.zeros_like(t) for k, t in point.params.items() if k not in full})
         rates = self.orbit.pullback(point.gradient, full)
-        if all(s.linear for s in self.orbit.symmetries):
-            return rates
-        zeros = {k: torch.zeros_like(t) for k, t in point.params.items()}
-        offsets = self.orbit.pullback(zeros, full)
-        return [
-            r if s.linear else r - o
-            for s, r, o in zip(self.orbit.symmetries, rates, offsets, strict=True)
-        ]
+        affine = [i for i, s in enumerate(self.orbit.symmetries) if not s.linear]
+        if affine:
+            moved = {n for i in affine for n in self.orbit.symmetries[i].parameter_names}
+            zeros = {k: torch.zeros_like(t) for k, t in point.params.items() if k in moved}
+            offsets = self.orbit.pullback(zeros, full, only=affine)
+            for i, offset in zip(affine, offsets, strict=True):
+                rates[i] = rates[i] - offset
+        return rates
 
     def loss(self, params: Mapping[str, Tensor]) -> float:
         """L at ``params`` (one forward pass), to check the end point."""

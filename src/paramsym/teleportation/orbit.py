@@ -67,20 +67,15 @@ class Orbit:
         return s.linear_element(xi)
 
     def pullback(
-        self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]
+        self,
+        params: Mapping[str, Tensor],
+        cotangent: Mapping[str, Tensor],
+        only: Sequence[int] | None = None,
     ) -> list[Tensor]:
-        """∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for each symmetry: T_sᵀ ∇_θJ through ``s.tangent``."""
-        out = []
-        for s in self.symmetries:
-            xi = torch.zeros(s.dim, dtype=self.dtype, device=self.device, requires_grad=True)
-            with torch.enable_grad():
-                rate = s.tangent(params, xi, self._x(s))
-                pairing = torch.stack(
-                    [(rate[k] * cotangent[k]).sum() for k in s.parameter_names]
-                ).sum()
-                (gradient,) = torch.autograd.grad(pairing, xi, allow_unused=True)
-            out.append(torch.zeros_like(xi) if gradient is None else gradient.detach())
-        return out
+        """∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for each symmetry (those at positions ``only``): T_sᵀ ∇_θJ
+        (:meth:`~paramsym.symmetry.base.Symmetry.cotangent_pullback`)."""
+        chosen = [self.symmetries[i] for i in only] if only is not None else self.symmetries
+        return [s.cotangent_pullback(params, cotangent, self._x(s)).to(self.dtype) for s in chosen]
 
     def through_actions(self, params: Mapping[str, Tensor]) -> tuple[list[Tensor], Params]:
         """(ξ, q(ξ)): algebra coordinates at zero that require grad, and the point moved by
