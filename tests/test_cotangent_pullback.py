@@ -1,6 +1,7 @@
-"""``Symmetry.cotangent_pullback`` (T_sᵀ c, teleportation's ascent direction) against its
-definition: ∂/∂ξ ⟨c, tangent(θ, ξ)⟩ with the full-size tangent dict, for every continuous
-symmetry of models written the way people write them (float64)."""
+"""Teleportation's fast paths against their definitions, on models written the way people
+write them (float64): ``Symmetry.cotangent_pullback`` (T_sᵀ c, the ascent direction) against
+∂/∂ξ ⟨c, tangent(θ, ξ)⟩ with the full-size tangent dict, and ``act_in_place`` (one copy of
+each touched tensor per move) against ``act``."""
 
 from __future__ import annotations
 
@@ -56,3 +57,17 @@ def test_cotangent_pullback_is_the_tangent_paired_with_the_covector(name, model,
         oracle = _definition(s, params, cotangent, batch)
         assert fast.shape == (s.dim,)
         assert torch.allclose(fast, oracle, rtol=1e-12, atol=1e-12 * oracle.abs().max()), s.name
+
+
+@pytest.mark.parametrize(("name", "model", "x"), list(_models())[:4], ids=lambda v: str(v)[:12])
+def test_acting_in_place_is_acting(name, model, x) -> None:
+    found = [s for s in ps.symmetries(model, example_input=x) if getattr(s, "acts_in_place", 0)]
+    assert len(found) >= 5, name
+    params = {**ps.params_of(model), **dict(model.named_buffers())}
+    generator = torch.Generator().manual_seed(4)
+    for s in found:
+        g = s.sample(scale=0.5, generator=generator, dtype=F64)
+        expected = s.act(params, g)
+        work = {k: v.clone() for k, v in params.items()}
+        s.act_in_place(work, g)
+        assert all(torch.equal(work[k], expected[k]) for k in params), s.name

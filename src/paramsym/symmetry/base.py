@@ -25,7 +25,7 @@ algebra element transform one slot.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -497,6 +497,45 @@ class NeuronSymmetry(Symmetry):
                 t, slot, self._transform(self._read(t, slot), slot, prepared)
             )
         return out
+
+    @property
+    def acts_in_place(self) -> bool:
+        """Whether :meth:`act_in_place` is this family's action (its slots transformed one by
+        one, linearly, no data): a subclass with its own :meth:`act`, an affine or a
+        data-dependent one is not."""
+        cls = type(self)
+        return (
+            self.linear
+            and not self.data_dependent
+            and cls.act is NeuronSymmetry.act
+            and cls.act_unchecked is NeuronSymmetry.act_unchecked
+        )
+
+    def act_in_place(self, params: MutableMapping[str, Tensor], g: GroupElement) -> None:
+        """:meth:`act_unchecked` writing each slot's region into the tensors of ``params``
+        (which the caller owns): no copy of the rest of a large tensor per group, as a per-head
+        group acting on a packed projection would make. Only where :attr:`acts_in_place`."""
+        if not self.acts_in_place:
+            raise InvalidArgumentError(f"{self.name}: its action is not slot by slot")
+        ref = params[self.slots[0].name]
+        prepared = self._prepare(g, ref.dtype, ref.device)
+        for slot in self.slots:
+            region = self._read(params[slot.name], slot)
+            region.copy_(self._transform(region, slot, prepared))
+
+    def pull_back_in_place(self, covector: MutableMapping[str, Tensor], g: GroupElement) -> None:
+        """m ← Aᵀ m for the linear action A: θ ↦ g·θ, region by region (the VJP of
+        :meth:`act_in_place`, slots in reverse order), writing into the tensors of
+        ``covector`` (which the caller owns). With g⁻¹ this carries a gradient along a move
+        by g: ∇L(g·θ) = A_{g⁻¹}ᵀ ∇L(θ). Only where :attr:`acts_in_place`."""
+        if not self.acts_in_place:
+            raise InvalidArgumentError(f"{self.name}: its action is not slot by slot")
+        ref = covector[self.slots[0].name]
+        prepared = self._prepare(g, ref.dtype, ref.device)
+        for slot in reversed(self.slots):
+            region = self._read(covector[slot.name], slot)
+            _, vjp = torch.func.vjp(lambda t, s=slot: self._transform(t, s, prepared), region)
+            region.copy_(vjp(region.clone())[0])
 
     def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
         xi = self.check_xi(xi)

@@ -116,27 +116,55 @@ class Orbit:
     ) -> tuple[Params, list[Move]]:
         """θ after acting with each g(ξ_s) in turn, and each (symmetry, g, point after it).
         The Hessian path evaluates the result through the actions (:meth:`through_actions`),
-        which re-bases it onto the batch-fixed points of data-dependent actions."""
-        moves = []
+        which re-bases it onto the batch-fixed points of data-dependent actions.
+
+        A family that acts slot by slot (``NeuronSymmetry.acts_in_place``) writes its regions
+        into one copy of each tensor it touches, made once per move: its recorded point is
+        the dict being written, whose values change later, which its covector transport
+        allows (the action is linear in θ, so its VJP is the same at every point). Any other
+        action returns a new dict, recorded as the point after it."""
+        moves: list[Move] = []
         current = dict(params)
+        owned: set[str] = set()  # tensors copied here and referenced by no recorded point
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
             for s, xi in zip(self.symmetries, xis, strict=True):
                 g = self.element(s, xi)
-                current = s.act(current, g, self._x(s))
-                moves.append((s, g, current))
+                if getattr(s, "acts_in_place", False):
+                    for name in s.parameter_names:
+                        if name not in owned:
+                            current[name] = current[name].clone()
+                            owned.add(name)
+                    s.act_in_place(current, g)  # type: ignore[attr-defined]
+                    moves.append((s, g, current))
+                else:
+                    current = s.act(current, g, self._x(s))
+                    owned.clear()
+                    moves.append((s, g, current))
         return current, moves
 
     def transport(self, covector: Mapping[str, Tensor], moves: Sequence[Move]) -> Params:
-        """Carry a covector through the moves: m ← J⁻ᵀm as the VJP of θ' ↦ s.act(θ', g⁻¹)."""
+        """Carry a covector through the moves: m ← J⁻ᵀm as the VJP of θ' ↦ s.act(θ', g⁻¹) at
+        the point recorded with the move, differentiated in the symmetry's own parameters."""
         m = dict(covector)
+        owned: set[str] = set()
         for s, g, after in moves:
             inverse = s.inverse(g)
-            leaves = {k: v.detach().requires_grad_(True) for k, v in after.items()}
+            names = [k for k in s.parameter_names if k in m]
+            if getattr(s, "acts_in_place", False) and len(names) == len(s.parameter_names):
+                for name in names:  # one copy of each tensor, regions rewritten in place
+                    if name not in owned:
+                        m[name] = m[name].clone()
+                        owned.add(name)
+                with torch.no_grad():
+                    s.pull_back_in_place(m, inverse)  # type: ignore[attr-defined]
+                continue
+            owned.clear()
+            leaves = dict(after)
+            leaves.update({k: after[k].detach().requires_grad_(True) for k in names})
             with torch.enable_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", ApproximateActionWarning)
                 back = s.act(leaves, inverse, self._x(s))
-                names = [k for k in s.parameter_names if k in m]
                 pulled = torch.autograd.grad(
                     [back[k] for k in names],
                     [leaves[k] for k in names],
