@@ -280,6 +280,12 @@ def test_kept_cost_matrices_give_the_descent_without_them(monkeypatch) -> None:
     assert all(torch.equal(kept.permutations[g], fresh.permutations[g]) for g in kept.permutations)
     assert kept.iterations == fresh.iterations >= 2
     assert with_cache < len(calls)  # the last sweep, at least, reused every matrix
+    # a head's query and key rows of the packed projection are one axis of one tensor: J is
+    # tracked by the assignments' gains, and the recomputed J at the end agrees
+    assert all(u <= v * (1 + 1e-12) for u, v in itertools.pairwise(kept.history))
+    spec = permutation_spec(a, x)
+    recomputed = _objective_with(spec, ps.params_of(a), ps.params_of(b), kept.permutations)
+    assert kept.objective_after == pytest.approx(recomputed, rel=1e-12)
 
 
 def test_weight_matching_ends_at_a_coordinatewise_optimum_brute_force() -> None:

@@ -598,11 +598,11 @@ def _coordinate_descent(
         ]
         for group, action in actions.items()
     }
-    # J is linear in a group's permutation unless the group permutes two axes of one tensor;
-    # then the assignment's gain is J's change exactly, and J need not be recomputed.
-    linear = {
-        group: len({slot.name for slot, _ in rows}) == len(rows) for group, rows in rows_a.items()
-    }
+    # J is linear in a group's permutation unless the group permutes two axes of one tensor
+    # (two slots on one axis, a head's query and key rows of a packed projection, are disjoint
+    # regions permuted alike); then the assignment's gain is J's change exactly, and J need not
+    # be recomputed.
+    linear = {group: _one_axis_per_tensor(action.slots) for group, action in actions.items()}
     objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
@@ -647,6 +647,14 @@ def _coordinate_descent(
     return permutations, aligned, history, iterations, converged
 
 
+def _one_axis_per_tensor(slots: Sequence[Slot]) -> bool:
+    """Whether a group permutes at most one axis of each tensor it acts on."""
+    axes: dict[str, set[int]] = defaultdict(set)
+    for slot in slots:
+        axes[slot.name].add(slot.axis)
+    return all(len(found) == 1 for found in axes.values())
+
+
 class _CostCache:
     """Cost matrices kept until a group they read changes.
 
@@ -671,8 +679,7 @@ class _CostCache:
             for group in actions
         }
         self.cacheable = {
-            group: len({slot.name for slot in action.slots}) == len(action.slots)
-            for group, action in actions.items()
+            group: _one_axis_per_tensor(action.slots) for group, action in actions.items()
         }
         self.version = dict.fromkeys(actions, 0)
         self.kept: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
