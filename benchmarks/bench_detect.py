@@ -97,16 +97,23 @@ def gpt2_small(layers: int = 12) -> Built:
     return GPT2Model(config).eval(), {"input_ids": ids}
 
 
-def llama_0_5b(layers: int = 24) -> Built:
-    """A Llama-style decoder with Qwen2.5-0.5B's sizes, Hugging Face's defaults otherwise."""
-    from transformers import LlamaConfig, LlamaModel
+def llama_0_5b_config(layers: int = 24) -> Any:
+    """A ``LlamaConfig`` with Qwen2.5-0.5B's sizes, Hugging Face's defaults otherwise."""
+    from transformers import LlamaConfig
 
-    config = LlamaConfig(
+    return LlamaConfig(
         hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
         max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
         tie_word_embeddings=True,
     )  # fmt: skip
+
+
+def llama_0_5b(layers: int = 24) -> Built:
+    """A Llama-style decoder with Qwen2.5-0.5B's sizes, Hugging Face's defaults otherwise."""
+    from transformers import LlamaModel
+
+    config = llama_0_5b_config(layers)
     ids = torch.randint(0, config.vocab_size, (1, SEQUENCE))
     return LlamaModel(config).eval(), {"input_ids": ids}
 
