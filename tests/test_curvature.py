@@ -118,6 +118,7 @@ def test_hessian_operator_dense_scipy_and_counts():
 
 def test_training_mode_batchnorm_against_finite_differences():
     """torch.func.hessian is wrong here (see ps.hessian); the library's paths must not be."""
+    torch.manual_seed(0)  # weights and batch: the test must not depend on the tests before it
     model = (
         torch.nn.Sequential(
             torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Tanh(), torch.nn.Linear(4, 1)

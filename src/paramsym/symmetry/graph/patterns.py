@@ -433,6 +433,20 @@ def _attention(node: Any, fusion: Fusion) -> None:
 # -- packed q, k, v split into heads in one view (timm, DINOv2, open_clip) --------------------
 
 
+def _three_way(viewed: Any) -> tuple[Any, tuple[int, ...], int] | None:
+    """(source, view shape, k) when ``viewed`` is a view that splits the last axis of its
+    source, a packed projection, into three axes at k, k + 1, k + 2."""
+    if _name(viewed) not in _VIEWS:
+        return None
+    source, shape, packed = viewed.args[0], _shape(viewed), _shape(viewed.args[0])
+    if shape is None or packed is None or len(shape) != len(packed) + 2:
+        return None
+    k = len(packed) - 1
+    if list(shape[:k]) != list(packed[:k]) or shape[k] * shape[k + 1] * shape[k + 2] != packed[k]:
+        return None
+    return source, shape, k
+
+
 def _packed_heads(node: Any, fusion: Fusion) -> None:
     """``x.reshape(…, C, H, D).permute(…).unbind(c_axis)``: C chunks of H heads of D features
     read off one packed projection (q, k, v)."""
@@ -442,14 +456,9 @@ def _packed_heads(node: Any, fusion: Fusion) -> None:
     if _name(permuted) != "permute" or len(permuted.users) != 1:
         return
     viewed = permuted.args[0]
-    if _name(viewed) not in ("view", "reshape", "_unsafe_view") or len(viewed.users) != 1:
+    if len(viewed.users) != 1 or (split := _three_way(viewed)) is None:
         return
-    source, shape, packed = viewed.args[0], _shape(viewed), _shape(viewed.args[0])
-    if shape is None or packed is None or len(shape) != len(packed) + 2:
-        return
-    k = len(packed) - 1  # the packed feature axis splits into (C, H, D) at k, k + 1, k + 2
-    if list(shape[:k]) != list(packed[:k]) or shape[k] * shape[k + 1] * shape[k + 2] != packed[k]:
-        return
+    source, shape, k = split  # (C, H, D) at k, k + 1, k + 2
     order = [int(d) % len(shape) for d in permuted.args[1]]
     axis = int(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(shape)
     if order[axis] != k:
@@ -470,14 +479,9 @@ def _head_chunk(node: Any, fusion: Fusion) -> None:
     if _name(node) != "select":
         return
     viewed = node.args[0]
-    if _name(viewed) not in _VIEWS:
+    if (split := _three_way(viewed)) is None:
         return
-    source, shape, packed = viewed.args[0], _shape(viewed), _shape(viewed.args[0])
-    if shape is None or packed is None or len(shape) != len(packed) + 2:
-        return
-    k = len(packed) - 1  # the packed feature axis splits into (H, C, D) at k, k + 1, k + 2
-    if list(shape[:k]) != list(packed[:k]) or shape[k] * shape[k + 1] * shape[k + 2] != packed[k]:
-        return
+    source, shape, k = split  # (H, C, D) at k, k + 1, k + 2
     if not all(_name(u) == "select" and _axis(viewed, u.args[1]) == k + 1 for u in viewed.users):
         return
     fusion.skipped.add(viewed.name)
