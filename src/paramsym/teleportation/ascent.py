@@ -319,9 +319,10 @@ class TransportAscent(AscentPath):
     def direction(self, point: Point) -> list[Tensor]:
         """−∂⟨B_ξ c, v⟩/∂ξ: the pullback of −v at the "point" c = ∇f(v), where the tangent
         is B_ξ c; for an affine action the tangent at c is B_ξ c + b_ξ, and the pullback at
-        the zero point (b_ξ alone) is subtracted."""
+        the zero point (b_ξ alone) is subtracted. The pullback is linear in the covector, so
+        v is pulled back and the (small) rates negated, not a P-sized −v built."""
         assert point.loss_gradient is not None
-        full = {k: -v for k, v in point.loss_gradient.items()}
+        full = dict(point.loss_gradient)
         full.update({k: torch.zeros_like(t) for k, t in point.params.items() if k not in full})
         rates = self.orbit.pullback(point.gradient, full)
         affine = [i for i, s in enumerate(self.orbit.symmetries) if not s.linear]
@@ -331,7 +332,7 @@ class TransportAscent(AscentPath):
             offsets = self.orbit.pullback(zeros, full, only=affine)
             for i, offset in zip(affine, offsets, strict=True):
                 rates[i] = rates[i] - offset
-        return rates
+        return [-rate for rate in rates]
 
     def loss(self, params: Mapping[str, Tensor]) -> float:
         """L at ``params`` (one forward pass), to check the end point."""
