@@ -602,11 +602,11 @@ def _coordinate_descent(
     # (two slots on one axis, a head's query and key rows of a packed projection, are disjoint
     # regions permuted alike); then the assignment's gain is J's change exactly, and J need not
     # be recomputed.
-    linear = {group: _one_axis_per_tensor(action.slots) for group, action in actions.items()}
+    costs = _CostCache(actions, rows_a)
+    linear = costs.cacheable  # the same condition: J and the cost matrix linear in the group
     objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
-    costs = _CostCache(actions, rows_a)
     order_rng = np.random.default_rng(seed)
     converged = False
     iterations = 0
