@@ -99,7 +99,9 @@ class ChannelAnsatz(Ansatz):
         params = dict(model.named_parameters())
         super().__init__(names, [params[n].shape for n in names])
         try:
-            facts = analyse(model, example_input).walk.facts
+            walk = analyse(model, example_input).walk
+            assert walk is not None  # a fresh analysis has its walk
+            facts = walk.facts
         except TraceError as error:
             raise InvalidArgumentError(
                 f"channels ansatz: {type(model).__name__} could not be traced ({error}); use "

@@ -195,6 +195,11 @@ class Symmetry(abc.ABC):
     evaluation mode). ``act`` needs them in the params dict and raises naming them otherwise;
     ``tangent`` is a parameter-space vector and leaves them out."""
 
+    translation: bool = False
+    """Whether the action is a translation θ ↦ θ + b(g) (its linear part the identity): then
+    ∇L(g·θ) = ∇L(θ), and no objective of ∇L alone changes along the group (gradient
+    transport leaves such symmetries where they are)."""
+
     moves_frozen: bool = False
     """Whether the symmetry is built to move parameters with ``requires_grad=False`` (the
     scales of a :class:`~paramsym.teleportation.ScaledModel`). Teleportation keeps every other
@@ -524,7 +529,7 @@ class NeuronSymmetry(Symmetry):
             region.copy_(self._transform(region, slot, prepared))
 
     def pull_back_in_place(self, covector: MutableMapping[str, Tensor], g: GroupElement) -> None:
-        """m ← Aᵀ m for the linear action A: θ ↦ g·θ, region by region (the VJP of
+        """m ← Aᵀ m for the linear action A: θ ↦ g·θ, region by region (the transpose of
         :meth:`act_in_place`, slots in reverse order), writing into the tensors of
         ``covector`` (which the caller owns). With g⁻¹ this carries a gradient along a move
         by g: ∇L(g·θ) = A_{g⁻¹}ᵀ ∇L(θ). Only where :attr:`acts_in_place`."""
@@ -534,8 +539,13 @@ class NeuronSymmetry(Symmetry):
         prepared = self._prepare(g, ref.dtype, ref.device)
         for slot in reversed(self.slots):
             region = self._read(covector[slot.name], slot)
-            _, vjp = torch.func.vjp(lambda t, s=slot: self._transform(t, s, prepared), region)
-            region.copy_(vjp(region.clone())[0])
+            region.copy_(self._transform_transpose(region, slot, prepared))
+
+    def _transform_transpose(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        """The transpose (adjoint) of :meth:`_transform`'s linear map, applied to ``t``: its
+        VJP, which families override with the closed form."""
+        _, vjp = torch.func.vjp(lambda region: self._transform(region, slot, prepared), t)
+        return vjp(t.clone())[0]
 
     def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:
         xi = self.check_xi(xi)
@@ -564,23 +574,36 @@ class NeuronSymmetry(Symmetry):
         if type(self).tangent is not NeuronSymmetry.tangent:
             return super().cotangent_pullback(params, cotangent, x)
         present = [slot for slot in self.slots if slot.name in params]
-        ref = params[present[0].name] if present else None
-        if ref is None or self.dim == 0:
+        if not present or self.dim == 0:
             return super().cotangent_pullback(params, cotangent, x)
-        xi = torch.zeros(self.dim, dtype=ref.dtype, device=ref.device, requires_grad=True)
+        total = None
+        for slot in present:
+            region = self._read(params[slot.name], slot)
+            term = self._pairing(
+                region, self._read(cotangent[slot.name], slot).to(region.dtype), slot
+            )
+            total = term if total is None else total + term
+        assert total is not None
+        return self._algebra_adjoint(total).detach()
+
+    def _pairing(self, t: Tensor, c: Tensor, slot: Slot) -> Tensor:
+        """∂⟨c, :meth:`_differential` (t, slot, M)⟩/∂M: the gradient of the pairing in the
+        algebra element M (shaped as :meth:`_algebra`'s output), by autograd; families
+        override it with the closed form."""
+        zero = torch.zeros(self.dim, dtype=t.dtype, device=t.device)
+        generator = self._algebra(zero).detach().requires_grad_(True)
         with torch.enable_grad():
-            generator = self._algebra(xi)
-            pairing = torch.stack(
-                [
-                    (
-                        self._differential(self._read(params[slot.name], slot), slot, generator)
-                        * self._read(cotangent[slot.name], slot)
-                    ).sum()
-                    for slot in present
-                ]
-            ).sum()
-            (gradient,) = torch.autograd.grad(pairing, xi, allow_unused=True)
-        return torch.zeros_like(xi) if gradient is None else gradient.detach()
+            pairing = (self._differential(t, slot, generator) * c).sum()
+            (gradient,) = torch.autograd.grad(pairing, generator, allow_unused=True)
+        return torch.zeros_like(generator) if gradient is None else gradient
+
+    def _algebra_adjoint(self, m: Tensor) -> Tensor:
+        """The coordinates' gradient ∂⟨m, :meth:`_algebra` (ξ)⟩/∂ξ, shape ``(dim,)``: the
+        adjoint of the linear map ξ ↦ M(ξ) (autograd; a reshape for GL)."""
+        xi = torch.zeros(self.dim, dtype=m.dtype, device=m.device, requires_grad=True)
+        with torch.enable_grad():
+            (gradient,) = torch.autograd.grad((self._algebra(xi) * m).sum(), xi, allow_unused=True)
+        return torch.zeros_like(xi) if gradient is None else gradient
 
     @abc.abstractmethod
     def _prepare(self, g: GroupElement, dtype: torch.dtype, device: torch.device) -> Any:

@@ -322,11 +322,12 @@ def _from_graph(
     loss_fn: Callable[..., Any] | None,
 ) -> list[Symmetry] | None:
     """Graph detection with the registered blocks; ``None`` after a failed trace (warned)."""
-    from paramsym.symmetry.graph import TraceError, analyse
+    from paramsym.symmetry.graph import TraceError
+    from paramsym.symmetry.graph.cache import cached_analyse
 
     label = type(model).__name__
     try:
-        analysis = analyse(model, example_input, loss_fn)
+        analysis = cached_analyse(model, example_input, loss_fn)
     except TraceError as failure:
         _check_runs(model, example_input)
         message = (

@@ -89,6 +89,21 @@ class GeneralLinearGroup(MatrixGroup):
     def _algebra(self, xi: Tensor) -> Tensor:
         return xi.reshape(self.width, self.width)
 
+    def _algebra_adjoint(self, m: Tensor) -> Tensor:
+        """ξ = M.flatten(), so the adjoint is the flattening (a subgroup with its own
+        :meth:`_algebra`, such as the rotary one, takes the generic adjoint)."""
+        if type(self)._algebra is GeneralLinearGroup._algebra:
+            return m.reshape(-1)
+        return super()._algebra_adjoint(m)  # type: ignore[misc]
+
+
+def matrix_pairing(t: Tensor, c: Tensor, power: float) -> Tensor:
+    """∂⟨c, tangent⟩/∂M for a slot of a matrix group, with ``t`` (the slot's region) and ``c``
+    (the covector's) of shape ``(..., w, R)``, the neuron axis second to last: the tangent is
+    ``M T`` (power +1), giving C Tᵀ, or ``−Mᵀ T`` (power −1), giving −T Cᵀ. Shape
+    ``(..., w, w)``."""
+    return c @ t.transpose(-1, -2) if power > 0 else -(t @ c.transpose(-1, -2))
+
 
 class MatrixNeuronSymmetry(MatrixGroup, FamilyNeuronSymmetry):
     """Shared machinery of matrix groups acting on a hidden layer (GL(h), O(h)).
@@ -122,9 +137,19 @@ class MatrixNeuronSymmetry(MatrixGroup, FamilyNeuronSymmetry):
         g, g_inv_t = prepared
         return matmul_along(t, slot.axis, g if slot.power > 0 else g_inv_t)
 
+    def _transform_transpose(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        g, g_inv_t = prepared
+        return matmul_along(t, slot.axis, g.T if slot.power > 0 else g_inv_t.T)
+
     def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
         # d/dt exp(tM) = M; d/dt exp(tM)^{-T} = -Mᵀ at t = 0.
         return matmul_along(t, slot.axis, generator if slot.power > 0 else -generator.T)
+
+    def _pairing(self, t: Tensor, c: Tensor, slot: Slot) -> Tensor:
+        def rows(a: Tensor) -> Tensor:
+            return a.movedim(slot.axis, 0).reshape(self.width, -1)
+
+        return matrix_pairing(rows(t), rows(c), slot.power)
 
 
 class HiddenGL(GeneralLinearGroup, MatrixNeuronSymmetry):

@@ -153,8 +153,21 @@ class PositiveScaling(PositiveVectorGroup, NeuronSymmetry):
         factors = prepared**slot.power
         return scale_along(t, slot.axis, factors) if self.per_neuron else t * factors[0]
 
+    def _transform_transpose(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
+        return self._transform(t, slot, prepared)  # a diagonal map is its own transpose
+
     def _algebra(self, xi: Tensor) -> Tensor:
         return xi
+
+    def _algebra_adjoint(self, m: Tensor) -> Tensor:
+        return m
+
+    def _pairing(self, t: Tensor, c: Tensor, slot: Slot) -> Tensor:
+        product = t * c
+        if not self.per_neuron:
+            return slot.power * product.sum().reshape(1)
+        others = [a for a in range(product.ndim) if a != slot.axis]
+        return slot.power * (product.sum(dim=others) if others else product)
 
     def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
         rates = slot.power * generator

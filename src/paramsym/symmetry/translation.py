@@ -36,6 +36,8 @@ class TranslationGroup(Symmetry):
     ``(dim,)``, ``exp`` and the first-order element are the identity map (the exponential map
     of a translation group is linear), composition is addition."""
 
+    translation = True
+
     def _identity(self, dtype: torch.dtype) -> Tensor:
         return torch.zeros(self.dim, dtype=dtype)
 

@@ -38,15 +38,16 @@ from torch import Tensor, nn
 from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
-from paramsym.symmetry.base import Symmetry
+from paramsym.symmetry.base import GroupElement, Symmetry
 from paramsym.teleportation.objectives import (
     Batch,
+    GradNorm,
     LossFn,
     Objective,
     TeleportContext,
     loss_value,
 )
-from paramsym.teleportation.orbit import Move, Orbit
+from paramsym.teleportation.orbit import Move, Orbit, Unit
 
 Method = Literal["auto", "hessian", "transport"]
 METHODS: tuple[str, ...] = ("auto", "hessian", "transport")
@@ -70,6 +71,9 @@ class Point:
         log_scales: accumulated log-scales per symmetry (scalings path only).
         ascent: ∂J(g(ξ)·θ)/∂ξ at ξ = 0 per symmetry, where the path computes it with the
             point (Hessian and scalings paths).
+        trail: the elements of every accepted step since the start (transport path, which
+            leaves ``params`` at the start and moves them once, in :meth:`AscentPath.finish`).
+        parts: J's terms tensor by tensor (transport path, diagonal quadratic objectives).
     """
 
     params: Params
@@ -82,6 +86,8 @@ class Point:
     moves: list[Move] = field(default_factory=list)
     log_scales: list[Tensor] = field(default_factory=list)
     ascent: list[Tensor] = field(default_factory=list)
+    trail: list[list[tuple[Unit, GroupElement]]] = field(default_factory=list)
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def transport_obstacle(
@@ -255,8 +261,18 @@ class HessianAscent(AscentPath):
 
 
 class TransportAscent(AscentPath):
-    """The transport path (see the module docstring): one gradient per teleport, then O(P)
-    work per step through the actions (any exact, linear, data-free symmetry)."""
+    """The transport path (see the module docstring): one gradient per teleport, then work of
+    the size of the moved tensors per step, and θ moved once, at the end (any exact, linear
+    or affine, data-free symmetry).
+
+    Each step carries ∇L through the step's elements (:meth:`Orbit.transport`) and keeps the
+    elements (:attr:`Point.trail`); :meth:`finish` moves θ along them
+    (:meth:`Orbit.replay`). For a diagonal quadratic objective J = Σ w ⊙ v²
+    (:meth:`~paramsym.teleportation.Objective.diagonal_weights`: ‖∇L‖², a diagonal
+    preconditioner) J is kept tensor by tensor and only the moved tensors' terms are
+    recomputed, and ∇J = 2 w ⊙ v needs no autograd. Translations leave ∇L unchanged, so no
+    such objective changes along them: their rate is zero and they are never moved.
+    """
 
     name = "transport"
 
@@ -273,25 +289,50 @@ class TransportAscent(AscentPath):
         self.model, self.loss_fn, self.batch = model, loss_fn, batch
         self.objective, self.trained = objective, list(trained)
         self.loss_before = math.nan
+        weights = objective.diagonal_weights()
+        if isinstance(weights, Mapping) and any(k not in weights for k in self.trained):
+            weights = None  # of_gradient names the missing entry
+        self.weights = weights
+        self.moving = [i for i, s in enumerate(orbit.symmetries) if not s.translation]
 
-    def _point(self, params: Params, loss_gradient: Params) -> Point:
-        """J = f(v) and c = ∇f(v) for the transported gradient v."""
+    def _point(
+        self,
+        loss_gradient: Params,
+        previous: Mapping[str, float] | None = None,
+        changed: Sequence[str] = (),
+    ) -> Point:
+        """J = f(v) for the transported gradient v, and c = ∇f(v) where it needs autograd.
+        For a diagonal quadratic f, the terms of the tensors not ``changed`` since
+        ``previous`` are kept."""
+        if self.weights is not None:
+            parts = dict(previous or {})
+            for k in changed if previous is not None else loss_gradient:
+                flat = loss_gradient[k].reshape(-1)
+                w = self.weights if isinstance(self.weights, float) else self.weights[k]
+                weighted = flat if isinstance(w, float) else w.reshape(-1) * flat
+                parts[k] = (w if isinstance(w, float) else 1.0) * float(torch.dot(weighted, flat))
+            value = math.fsum(parts.values())
+            return Point(
+                self.theta, value, self.loss_before, {}, math.nan, loss_gradient, parts=parts
+            )
         leaves = {k: v.detach().requires_grad_(True) for k, v in loss_gradient.items()}
         with torch.enable_grad():
-            value = self.objective.of_gradient(leaves)
+            value_t = self.objective.of_gradient(leaves)
             names = list(leaves)
             grads = torch.autograd.grad(
-                value, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
+                value_t, [leaves[k] for k in names], allow_unused=True, materialize_grads=True
             )
         cotangent = {k: g.detach() for k, g in zip(names, grads, strict=True)}
-        cotangent.update({k: torch.zeros_like(t) for k, t in params.items() if k not in cotangent})
+        cotangent.update(
+            {k: torch.zeros_like(t) for k, t in self.theta.items() if k not in cotangent}
+        )
         return Point(
-            params,
-            float(value.detach()),
+            self.theta,
+            float(value_t.detach()),
             self.loss_before,
             cotangent,
-            norm(loss_gradient),
-            dict(loss_gradient),
+            math.nan,
+            loss_gradient,
         )
 
     def loss_and_gradient(self, params: Mapping[str, Tensor]) -> tuple[float, Params]:
@@ -307,32 +348,85 @@ class TransportAscent(AscentPath):
         return self.loss_before, {k: g.detach() for k, g in zip(self.trained, grads, strict=True)}
 
     def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
-        _, gradient = self.loss_and_gradient(params)
-        point = self._point({k: v.detach() for k, v in params.items()}, gradient)
+        self.theta = {k: v.detach() for k, v in params.items()}
+        _, gradient = self.loss_and_gradient(self.theta)
+        point = self._point(gradient)
+        point.grad_norm = self._gradient_norm(point)
         point.covectors = list(covectors)
         return point
 
-    def at(self, params: Params, moves: Sequence[Move], previous: Point) -> Point:
-        assert previous.loss_gradient is not None
-        return self._point(params, self.orbit.transport(previous.loss_gradient, moves))
+    def _gradient_norm(self, point: Point) -> float:
+        """‖∇L‖ at ``point``: √J for ‖∇L‖² itself, else the norm of the transported ∇L."""
+        if isinstance(self.objective, GradNorm):
+            return math.sqrt(max(point.value, 0.0))
+        assert point.loss_gradient is not None
+        return norm(point.loss_gradient)
+
+    def advance(self, point: Point, xis: Sequence[Tensor]) -> Point:
+        """∇L carried through the step's elements (θ stays, see :meth:`finish`)."""
+        assert point.loss_gradient is not None
+        elements = self.orbit.elements(xis, skip_zero=True)
+        moves: list[Move] = [(unit, g, self.theta) for unit, g in elements]
+        gradient = self.orbit.transport(point.loss_gradient, moves)
+        changed = list(dict.fromkeys(n for unit, _ in elements for n in unit.parameter_names))
+        trial = self._point(gradient, point.parts, [k for k in changed if k in gradient])
+        trial.trail = [*point.trail, elements]
+        trial.covectors, trial.moves = point.covectors, moves
+        return trial
 
     def direction(self, point: Point) -> list[Tensor]:
         """−∂⟨B_ξ c, v⟩/∂ξ: the pullback of −v at the "point" c = ∇f(v), where the tangent
         is B_ξ c; for an affine action the tangent at c is B_ξ c + b_ξ, and the pullback at
-        the zero point (b_ξ alone) is subtracted. The pullback is linear in the covector, so
-        v is pulled back and the (small) rates negated, not a P-sized −v built."""
-        assert point.loss_gradient is not None
-        full = dict(point.loss_gradient)
-        full.update({k: torch.zeros_like(t) for k, t in point.params.items() if k not in full})
-        rates = self.orbit.pullback(point.gradient, full)
-        affine = [i for i, s in enumerate(self.orbit.symmetries) if not s.linear]
+        the zero point (b_ξ alone) is subtracted. The pullback is linear in the point and in
+        the covector, so for c = 2w ⊙ v with one weight w it is 2w times v's pullback at v,
+        and the (small) rates are negated rather than a P-sized −v built. Translations have
+        rate zero (class docstring)."""
+        v = point.loss_gradient
+        assert v is not None
+        full = dict(v)
+        full.update({k: torch.zeros_like(t) for k, t in self.theta.items() if k not in full})
+        if isinstance(self.weights, float):
+            at, factor = v, 2.0 * self.weights
+        elif self.weights is not None:
+            moved = {n for i in self.moving for n in self.orbit.symmetries[i].parameter_names}
+            at, factor = {k: 2.0 * self.weights[k] * v[k] for k in moved if k in v}, 1.0
+        else:
+            at, factor = point.gradient, 1.0
+        rates = self.orbit.pullback(at, full, only=self.moving)
+        by_index = dict(zip(self.moving, rates, strict=True))
+        affine = [i for i in self.moving if not self.orbit.symmetries[i].linear]
         if affine:
             moved = {n for i in affine for n in self.orbit.symmetries[i].parameter_names}
-            zeros = {k: torch.zeros_like(t) for k, t in point.params.items() if k in moved}
+            zeros = {k: torch.zeros_like(t) for k, t in self.theta.items() if k in moved}
             offsets = self.orbit.pullback(zeros, full, only=affine)
             for i, offset in zip(affine, offsets, strict=True):
-                rates[i] = rates[i] - offset
-        return [-rate for rate in rates]
+                by_index[i] = by_index[i] - offset / factor
+        return [
+            -factor * by_index[i]
+            if i in by_index
+            else torch.zeros(s.dim, dtype=self.orbit.dtype, device=self.orbit.device)
+            for i, s in enumerate(self.orbit.symmetries)
+        ]
+
+    def finish(self, point: Point) -> Point:
+        """The end point: θ moved along the whole trail, once, and ‖∇L‖ filled in."""
+        if not point.trail:
+            done = point
+        else:
+            params = self.orbit.replay(self.theta, point.trail)
+            done = Point(
+                params,
+                point.value,
+                point.loss,
+                point.gradient,
+                point.grad_norm,
+                point.loss_gradient,
+                covectors=point.covectors,
+                parts=point.parts,
+            )
+        if math.isnan(done.grad_norm):
+            done.grad_norm = self._gradient_norm(done)
+        return done
 
     def loss(self, params: Mapping[str, Tensor]) -> float:
         """L at ``params`` (one forward pass), to check the end point."""

@@ -162,11 +162,25 @@ class Objective(abc.ABC):
         :attr:`gradient_only`; the others raise."""
         raise NotImplementedError(f"objective {self.name!r} is not a function of ∇L alone")
 
+    def diagonal_weights(self) -> float | Mapping[str, Tensor] | None:
+        """w when the value is the diagonal quadratic form Σ w ⊙ v² of v = ∇L: one weight
+        for every entry (a float) or a tensor per parameter; ``None`` (the default) for any
+        other objective. Gradient transport then needs no autograd for J and ∇J = 2 w ⊙ v,
+        and updates J tensor by tensor."""
+        return None
+
     def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
         """``w ⊙ v²`` per parameter when the value is a diagonal quadratic form
-        Σ w ⊙ v² of v = ∇L (so that scaling v entrywise by F gives Σ (w ⊙ v²) ⊙ F²), else
-        ``None`` (the default)."""
-        return None
+        Σ w ⊙ v² of v = ∇L (:meth:`diagonal_weights`; so that scaling v entrywise by F gives
+        Σ (w ⊙ v²) ⊙ F²), else ``None``."""
+        weights = self.diagonal_weights()
+        if weights is None:
+            return None
+        if isinstance(weights, float):
+            return {k: weights * g * g for k, g in gradient.items()}
+        if any(k not in weights for k in gradient):
+            return None  # of_gradient names the missing entry
+        return {k: weights[k] * g * g for k, g in gradient.items()}
 
 
 class GradNorm(Objective):
@@ -181,8 +195,8 @@ class GradNorm(Objective):
     def of_gradient(self, gradient: Mapping[str, Tensor]) -> Tensor:
         return sum((g * g).sum() for g in gradient.values())  # type: ignore[return-value]
 
-    def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
-        return {k: g * g for k, g in gradient.items()}
+    def diagonal_weights(self) -> float:
+        return 1.0
 
 
 class PreconditionedGradNorm(Objective):
@@ -216,10 +230,10 @@ class PreconditionedGradNorm(Objective):
             product = {k: self.preconditioner[k].detach() * g for k, g in gradient.items()}
         return sum((gradient[k] * product[k]).sum() for k in gradient)  # type: ignore[return-value]
 
-    def squared_entries(self, gradient: Mapping[str, Tensor]) -> Params | None:
-        if callable(self.preconditioner) or any(k not in self.preconditioner for k in gradient):
-            return None  # of_gradient raises for a missing entry
-        return {k: self.preconditioner[k].detach() * g * g for k, g in gradient.items()}
+    def diagonal_weights(self) -> Mapping[str, Tensor] | None:
+        if callable(self.preconditioner):
+            return None
+        return {k: a.detach() for k, a in self.preconditioner.items()}
 
     @classmethod
     def from_optimizer(

@@ -5,6 +5,10 @@
 the paper's first-order ``I + ξ``), moves parameters by them, pulls a parameter-space
 cotangent back to the algebra through each action's tangent, and transports covectors
 (momentum, gradients) along a move as m ↦ J⁻ᵀm.
+
+It acts through *units*: each symmetry alone, or a :class:`~paramsym.symmetry.batched.MatrixBatch`
+of per-head matrix groups acting on disjoint slices of the same projections, whose elements,
+moves, transports and pullbacks are a few batched operations for the whole layer.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from torch import Tensor
 
 from paramsym.core.params import Params
 from paramsym.errors import ApproximateActionWarning, InvalidArgumentError, InvalidGroupElementError
-from paramsym.symmetry.base import GroupElement, Symmetry
+from paramsym.symmetry.base import GroupElement, Region, Symmetry, regions_overlap
+from paramsym.symmetry.batched import MatrixBatch, batch_symmetries
 
 Parameterization = Literal["exp", "first_order"]
-Move = tuple[Symmetry, GroupElement, Params]
-"""(symmetry, group element, the parameters after acting with it)."""
+Unit = Symmetry | MatrixBatch
+Move = tuple[Unit, GroupElement, Params]
+"""(unit, group element, the parameters after acting with it: for a linear or affine action,
+whose covector transport is the same at every point, any point of the orbit)."""
 
 
 class Orbit:
@@ -58,13 +65,39 @@ class Orbit:
                         f"in {s.group} ({s.name}): {error}. Use parameterization='exp'"
                     ) from error
 
-    def _x(self, s: Symmetry) -> Any:
-        return self.x if s.data_dependent else None
+        self.units: list[Unit] = batch_symmetries(self.symmetries)
+        position = {id(s): i for i, s in enumerate(self.symmetries)}
+        self.members: list[list[int]] = [
+            [position[id(m)] for m in u.members]
+            if isinstance(u, MatrixBatch)
+            else [position[id(u)]]
+            for u in self.units
+        ]
+
+    def _x(self, s: Unit) -> Any:
+        return self.x if isinstance(s, Symmetry) and s.data_dependent else None
 
     def element(self, s: Symmetry, xi: Tensor) -> GroupElement:
         if self.parameterization == "exp":
             return s.exp(xi)
         return s.linear_element(xi)
+
+    def elements(
+        self, xis: Sequence[Tensor], skip_zero: bool = False
+    ) -> list[tuple[Unit, GroupElement]]:
+        """Each unit with its element g(ξ) for the coordinates ``xis`` (aligned with
+        :attr:`symmetries`); with ``skip_zero``, units whose ξ are all exactly zero (their
+        element is the identity) are left out."""
+        out: list[tuple[Unit, GroupElement]] = []
+        for unit, members in zip(self.units, self.members, strict=True):
+            chosen = [xis[i] for i in members]
+            if skip_zero and not any(bool(xi.any()) for xi in chosen):
+                continue
+            if isinstance(unit, MatrixBatch):
+                out.append((unit, unit.element(chosen, self.parameterization)))
+            else:
+                out.append((unit, self.element(unit, chosen[0])))
+        return out
 
     def pullback(
         self,
@@ -74,8 +107,16 @@ class Orbit:
     ) -> list[Tensor]:
         """∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for each symmetry (those at positions ``only``): T_sᵀ ∇_θJ
         (:meth:`~paramsym.symmetry.base.Symmetry.cotangent_pullback`)."""
-        chosen = [self.symmetries[i] for i in only] if only is not None else self.symmetries
-        return [s.cotangent_pullback(params, cotangent, self._x(s)).to(self.dtype) for s in chosen]
+        wanted = range(len(self.symmetries)) if only is None else only
+        rates: dict[int, Tensor] = {}
+        for unit, members in zip(self.units, self.members, strict=True):
+            if not any(i in wanted for i in members):
+                continue
+            if isinstance(unit, MatrixBatch):
+                rates.update(zip(members, unit.pullbacks(params, cotangent), strict=True))
+            else:
+                rates[members[0]] = unit.cotangent_pullback(params, cotangent, self._x(unit))
+        return [rates[i].to(self.dtype) for i in wanted]
 
     def through_actions(self, params: Mapping[str, Tensor]) -> tuple[list[Tensor], Params]:
         """(ξ, q(ξ)): algebra coordinates at zero that require grad, and the point moved by
@@ -128,16 +169,16 @@ class Orbit:
         owned: set[str] = set()  # tensors copied here and referenced by no recorded point
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
-            for s, xi in zip(self.symmetries, xis, strict=True):
-                g = self.element(s, xi)
+            for s, g in self.elements(xis):
                 if getattr(s, "acts_in_place", False):
                     for name in s.parameter_names:
                         if name not in owned:
                             current[name] = current[name].clone()
                             owned.add(name)
-                    s.act_in_place(current, g)  # type: ignore[attr-defined]
+                    s.act_in_place(current, g)  # type: ignore[union-attr]
                     moves.append((s, g, current))
                 else:
+                    assert isinstance(s, Symmetry)
                     current = s.act(current, g, self._x(s))
                     owned.clear()
                     moves.append((s, g, current))
@@ -151,14 +192,16 @@ class Orbit:
         for s, g, after in moves:
             inverse = s.inverse(g)
             names = [k for k in s.parameter_names if k in m]
-            if getattr(s, "acts_in_place", False) and len(names) == len(s.parameter_names):
+            in_place = getattr(s, "acts_in_place", False)
+            if isinstance(s, MatrixBatch) or (in_place and len(names) == len(s.parameter_names)):
                 for name in names:  # one copy of each tensor, regions rewritten in place
                     if name not in owned:
                         m[name] = m[name].clone()
                         owned.add(name)
                 with torch.no_grad():
-                    s.pull_back_in_place(m, inverse)  # type: ignore[attr-defined]
+                    s.pull_back_in_place(m, inverse)  # type: ignore[union-attr]
                 continue
+            assert isinstance(s, Symmetry)
             owned.clear()
             leaves = dict(after)
             leaves.update({k: after[k].detach().requires_grad_(True) for k in names})
@@ -174,3 +217,61 @@ class Orbit:
                 )
             m.update({k: p.detach() for k, p in zip(names, pulled, strict=True)})
         return m
+
+    def replay(
+        self, params: Mapping[str, Tensor], steps: Sequence[Sequence[tuple[Unit, GroupElement]]]
+    ) -> Params:
+        """``params`` moved by each step's elements in turn (as :meth:`elements` gives them),
+        for paths that move θ once, at the end. Where the units pairwise commute
+        (:func:`commute`), each unit's elements are composed first (small products of group
+        elements) and the parameters moved once per unit, whatever the number of steps."""
+        if not steps:
+            return dict(params)
+        used = list({id(u): u for step in steps for u, _ in step}.values())
+        if commute(used):
+            composed: dict[int, tuple[Unit, GroupElement]] = {}
+            for step in steps:
+                for unit, g in step:
+                    previous = composed.get(id(unit))
+                    if previous is not None:
+                        g = unit.compose(g, previous[1])
+                    composed[id(unit)] = (unit, g)
+            steps = [list(composed.values())]
+        current = dict(params)
+        owned: set[str] = set()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ApproximateActionWarning)
+            for step in steps:
+                for unit, g in step:
+                    if getattr(unit, "acts_in_place", False):
+                        for name in unit.parameter_names:
+                            if name not in owned:
+                                current[name] = current[name].clone()
+                                owned.add(name)
+                        unit.act_in_place(current, g)  # type: ignore[union-attr]
+                    else:
+                        assert isinstance(unit, Symmetry)
+                        current = unit.act(current, g, self._x(unit))
+                        owned.clear()
+        return current
+
+
+def commute(units: Sequence[Unit]) -> bool:
+    """Whether the units' actions commute pairwise, read off their slots: each acts slot by
+    slot (transforming one axis of a tensor region at a time), and two units that share a
+    tensor act on different axes of it or on disjoint regions of the same axis (maps on
+    different axes of a tensor commute). One common scale of whole tensors
+    (``PositiveScaling`` with ``per_neuron=False``) commutes with every such action."""
+    if not all(getattr(u, "acts_in_place", False) for u in units):
+        return False
+    by_axis: dict[tuple[str, int], list[tuple[int, Region]]] = {}
+    for index, unit in enumerate(units):
+        if getattr(unit, "per_neuron", True) is False:
+            continue
+        for region in unit.touched_regions:
+            by_axis.setdefault((region[0], region[1]), []).append((index, region))
+    for entries in by_axis.values():
+        for k, (a, r) in enumerate(entries):
+            if any(a != b and regions_overlap(r, q) for b, q in entries[k + 1 :]):
+                return False
+    return True

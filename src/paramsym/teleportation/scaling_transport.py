@@ -29,20 +29,19 @@ from torch import Tensor
 from paramsym.core.params import Params
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.scaling import PositiveScaling
-from paramsym.symmetry.translation import SoftmaxTranslation
 from paramsym.teleportation.ascent import Point, TransportAscent, norm
 from paramsym.teleportation.objectives import GradNorm, Objective
 
 
 def scalings_only(symmetries: Sequence[Symmetry], objective: Objective) -> bool:
     """Whether the log-scale path applies: every symmetry a :class:`PositiveScaling` whose
-    slots cover whole axes one entry per neuron, or a softmax translation (which leaves every
+    slots cover whole axes one entry per neuron, or a translation (which leaves every
     gradient unchanged, so the objective has zero rate along it and it is not moved), and a
     diagonal quadratic objective."""
-    if type(objective).squared_entries is Objective.squared_entries:
+    if objective.diagonal_weights() is None:
         return False
     return all(
-        isinstance(s, SoftmaxTranslation)
+        s.translation
         or (
             isinstance(s, PositiveScaling)
             and all(slot.offset is None and slot.block == 1 for slot in s.slots)

@@ -56,14 +56,15 @@ class GraphAnalysis:
         symmetries: the symmetries, in model order.
         unexplained: parameter -> how it is used that no rule understands (no symmetry moves
             it).
-        trace_seconds, walk: the trace time and the walk (facts and values), for inspection.
+        trace_seconds, walk: the trace time and the walk (facts and values), for inspection
+            (``None`` in an analysis kept by :mod:`~paramsym.symmetry.graph.cache`).
         notes: how the graph was made, where not by one plain trace (repeated blocks).
     """
 
     symmetries: list[Symmetry]
     unexplained: dict[str, str]
     trace_seconds: float
-    walk: Walk = field(repr=False)
+    walk: Walk | None = field(repr=False)
     notes: list[str] = field(default_factory=list)
 
 
