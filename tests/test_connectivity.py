@@ -250,10 +250,11 @@ def test_weight_matching_never_decreases_the_objective(order) -> None:
     assert relative_error(ps.functional_call(model_b, result.params, x), model_b(x)) < 1e-13
 
 
-def test_kept_cost_matrices_give_the_descent_without_them(monkeypatch) -> None:
-    """A group's cost matrix is reused while no group acting on its tensors has changed
-    (``_CostCache``): the descent is the same, step for step, as one that recomputes every
-    matrix, on a residual stack where one stream permutation reads every weight."""
+def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> None:
+    """A group solved on its cost matrix is skipped while no group acting on its tensors has
+    changed (``_Solved``): the descent is the same, step for step, as one that recomputes
+    every matrix and assignment, on a residual stack where one stream permutation reads every
+    weight."""
     from paramsym.connectivity import matching
     from paramsym.nn import zoo
 
@@ -273,13 +274,13 @@ def test_kept_cost_matrices_give_the_descent_without_them(monkeypatch) -> None:
     monkeypatch.setattr(matching, "_cost_matrix", counted)
     kept = weight_matching(a, b, example_input=x)
     with_cache = len(calls)
-    monkeypatch.setattr(matching._CostCache, "get", lambda self, group: None)
+    monkeypatch.setattr(matching._Solved, "current", lambda self, group: False)
     calls.clear()
     fresh = weight_matching(a, b, example_input=x)
     assert kept.history == fresh.history
     assert all(torch.equal(kept.permutations[g], fresh.permutations[g]) for g in kept.permutations)
     assert kept.iterations == fresh.iterations >= 2
-    assert with_cache < len(calls)  # the last sweep, at least, reused every matrix
+    assert with_cache < len(calls)  # the last sweep, at least, skipped every group
     # a head's query and key rows of the packed projection are one axis of one tensor: J is
     # tracked by the assignments' gains, and the recomputed J at the end agrees
     assert all(u <= v * (1 + 1e-12) for u, v in itertools.pairwise(kept.history))

@@ -1,5 +1,6 @@
 """The params-dict algebra against dense vector arithmetic."""
 
+import pytest
 import torch
 
 import paramsym as ps
@@ -73,6 +74,32 @@ def test_matrix_exp_is_accurate_where_torch_single_matrix_path_is_not():
     rotation = torch.tensor([[0.0, 0.049], [-0.049, 0.0]], dtype=torch.float64)
     exact = torch.tensor([[np.cos(0.049), np.sin(0.049)], [-np.sin(0.049), np.cos(0.049)]])
     assert float((matrix_exp(rotation) - exact).abs().max()) <= 1e-15
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_small_exp_pair_is_both_exponentials_to_the_dtypes_precision(dtype):
+    """exp(M) and exp(−M) from one Taylor series against scipy's expm, and their product the
+    identity, up to the largest norm it takes; a larger norm is refused."""
+    import numpy as np
+    import scipy.linalg
+
+    from paramsym.core.linalg import SMALL_EXP_NORM, small_exp_pair
+
+    eps = torch.finfo(dtype).eps
+    generator = torch.Generator().manual_seed(0)
+    for n in (1, 3, 64):
+        for norm in (1e-8, 1e-3, 0.05, 0.999 * SMALL_EXP_NORM):
+            b = torch.randn(4, n, n, dtype=torch.float64, generator=generator)
+            m = (norm * b / torch.linalg.matrix_norm(b, 1, keepdim=True)).to(dtype)
+            plus, minus = small_exp_pair(m)
+            for sign, result in ((1, plus), (-1, minus)):
+                reference = np.stack([scipy.linalg.expm(sign * a) for a in m.double().numpy()])
+                error = (result.double() - torch.from_numpy(reference)).abs().max()
+                assert float(error) <= 8 * eps, (n, norm, sign)
+            identity = torch.eye(n, dtype=dtype).expand_as(m)
+            assert float((plus @ minus - identity).abs().max()) <= 8 * eps
+    with pytest.raises(ValueError, match="1-norm"):
+        small_exp_pair(torch.eye(3, dtype=dtype))
 
 
 def test_svd_falls_back_to_gesvd_where_gesdd_fails_to_converge(monkeypatch):

@@ -602,8 +602,8 @@ def _coordinate_descent(
     # (two slots on one axis, a head's query and key rows of a packed projection, are disjoint
     # regions permuted alike); then the assignment's gain is J's change exactly, and J need not
     # be recomputed.
-    costs = _CostCache(actions, rows_a)
-    linear = costs.cacheable  # the same condition: J and the cost matrix linear in the group
+    solved = _Solved(actions, rows_a)
+    linear = solved.linear  # the same condition: J and the cost matrix linear in the group
     objective = matching_objective(wide_a, current, spec)
     history = [objective]
     names = list(actions)
@@ -617,9 +617,10 @@ def _coordinate_descent(
             group = names[int(index)]
             action = actions[group]
             old = permutations[group]
-            cost = costs.get(group)
-            if cost is None:
-                cost = costs.put(group, _cost_matrix(rows_a[group], current, action.width, old))
+            if solved.current(group):
+                continue  # at the optimum of its unchanged cost matrix
+            cost = _cost_matrix(rows_a[group], current, action.width, old)
+            solved.mark(group)
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
             rows = np.arange(action.width)
             gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
@@ -636,7 +637,7 @@ def _coordinate_descent(
                     # step that lowers J is not taken.
                     continue
             current, permutations[group], objective = candidate, new, value
-            costs.changed(group)
+            solved.changed(group)
             history.append(objective)
             improved = True
         if not improved:
@@ -655,15 +656,19 @@ def _one_axis_per_tensor(slots: Sequence[Slot]) -> bool:
     return all(len(found) == 1 for found in axes.values())
 
 
-class _CostCache:
-    """Cost matrices kept until a group they read changes.
+class _Solved:
+    """Which groups sit at the optimum of their current cost matrix.
 
     A group's cost matrix (:func:`_cost_matrix`, in θ_B's original neuron order) depends on
-    its own permutation only where it permutes two axes of one tensor; otherwise only on the
-    permutations of the groups acting on the other axes of its tensors (its neighbours). Such
-    a matrix is reused while no neighbour has changed: a sweep in which few groups move (the
-    last one moves none) costs few matrix products. Each cost matrix of a transformer's
-    residual stream reads every weight of the model."""
+    its own permutation only where it permutes two axes of one tensor; otherwise (``linear``)
+    only on the permutations of the groups acting on the other axes of its tensors (its
+    neighbours). Once such a group's assignment is solved, the group is at that matrix's
+    optimum (moved there, or already within the tolerance of it), and until a neighbour
+    changes, solving again would give the same answer: the group is skipped, neither its
+    matrix nor its assignment recomputed. A sweep in which few groups move (the last one
+    moves none) costs few matrix products and assignments; each cost matrix of a
+    transformer's residual stream reads every weight of the model, and an assignment of a
+    3072-wide FFN takes about a second."""
 
     def __init__(
         self,
@@ -678,24 +683,23 @@ class _CostCache:
             group: sorted({h for slot, _ in rows_a[group] for h in acting[slot.name]} - {group})
             for group in actions
         }
-        self.cacheable = {
+        self.linear = {
             group: _one_axis_per_tensor(action.slots) for group, action in actions.items()
         }
         self.version = dict.fromkeys(actions, 0)
-        self.kept: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+        self.at: dict[str, tuple[int, ...]] = {}
 
     def _key(self, group: str) -> tuple[int, ...]:
         return tuple(self.version[h] for h in self.neighbours[group])
 
-    def get(self, group: str) -> np.ndarray | None:
-        """The kept cost matrix of ``group`` if none of its neighbours changed since."""
-        kept = self.kept.get(group)
-        return kept[1] if kept is not None and kept[0] == self._key(group) else None
+    def current(self, group: str) -> bool:
+        """Whether ``group`` was solved on the cost matrix it has now."""
+        return self.at.get(group) == self._key(group)
 
-    def put(self, group: str, cost: np.ndarray) -> np.ndarray:
-        if self.cacheable[group]:
-            self.kept[group] = (self._key(group), cost)
-        return cost
+    def mark(self, group: str) -> None:
+        """``group``'s assignment is being solved on its current cost matrix."""
+        if self.linear[group]:
+            self.at[group] = self._key(group)
 
     def changed(self, group: str) -> None:
         self.version[group] += 1

@@ -18,6 +18,50 @@ def matrix_exp(m: Tensor) -> Tensor:
     return torch.linalg.matrix_exp(torch.stack([m, m]))[0]
 
 
+SMALL_EXP_NORM = 0.25
+"""The induced 1-norm up to which :func:`small_exp_pair` applies."""
+
+
+def small_exp_pair(m: Tensor) -> tuple[Tensor, Tensor]:
+    """``(exp(M), exp(−M))`` for a batch of square matrices ``(..., n, n)`` of induced
+    1-norm at most :data:`SMALL_EXP_NORM` (the generators of a teleport step), to the dtype's
+    precision: the Taylor polynomial of the least degree K with ‖M‖^{K+1}/(K+1)! ≤ eps/2
+    (the series' remainder, relative), its odd and even parts giving both exponentials from
+    the same powers, so that the inverse costs no inversion and exp(M)·exp(−M) = I to a few
+    eps.
+
+    ``torch.linalg.matrix_exp`` spends about 30 matrix products' time on every batch whatever
+    its norm (3.4 ms for 12 matrices of 64 × 64 in float32 on one CPU thread, where a product
+    takes 0.08 ms, and an inverse 1.5 ms more); here a few products suffice (1.0 ms for both).
+    Larger norms need scaling and squaring, which loses the exact inverse: the caller takes
+    ``torch.linalg.matrix_exp`` there. Checked against ``scipy.linalg.expm`` in the tests.
+    """
+    if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
+        raise ValueError(f"small_exp_pair: square matrices expected, got shape {tuple(m.shape)}")
+    norm = float(m.abs().sum(dim=-2).amax()) if m.numel() else 0.0
+    if not norm <= SMALL_EXP_NORM:
+        raise ValueError(
+            f"small_exp_pair: induced 1-norm {norm:.3g} > {SMALL_EXP_NORM}; use "
+            "torch.linalg.matrix_exp"
+        )
+    eps = torch.finfo(m.dtype).eps
+    degree, term = 1, norm
+    while term * norm / (degree + 1) > eps / 2:
+        degree += 1
+        term = term * norm / degree
+    even = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device).expand_as(m).clone()
+    odd = m.clone()
+    power, factorial = m, 1.0
+    for k in range(2, degree + 1):
+        power = power @ m
+        factorial *= k
+        if k % 2:
+            odd = odd + power / factorial
+        else:
+            even = even + power / factorial
+    return even + odd, even - odd
+
+
 def svd(matrix: Tensor, full_matrices: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """``torch.linalg.svd``, falling back to LAPACK's ``gesvd`` where it fails to converge.
 

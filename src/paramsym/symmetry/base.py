@@ -516,35 +516,59 @@ class NeuronSymmetry(Symmetry):
             and cls.act_unchecked is NeuronSymmetry.act_unchecked
         )
 
-    def act_in_place(self, params: MutableMapping[str, Tensor], g: GroupElement) -> None:
-        """:meth:`act_unchecked` writing each slot's region into the tensors of ``params``
-        (which the caller owns): no copy of the rest of a large tensor per group, as a per-head
-        group acting on a packed projection would make. Only where :attr:`acts_in_place`."""
-        if not self.acts_in_place:
-            raise InvalidArgumentError(f"{self.name}: its action is not slot by slot")
-        ref = params[self.slots[0].name]
-        prepared = self._prepare(g, ref.dtype, ref.device)
-        for slot in self.slots:
-            region = self._read(params[slot.name], slot)
-            region.copy_(self._transform(region, slot, prepared))
+    def act_in_place(
+        self,
+        params: MutableMapping[str, Tensor],
+        g: GroupElement,
+        owned: set[str] | None = None,
+    ) -> None:
+        """:meth:`act_unchecked` writing each slot's region into the tensors of ``params``: no
+        copy of the rest of a large tensor per group, as a per-head group acting on a packed
+        projection would make. ``owned``: the names whose tensors the caller owns (``None``:
+        all); another tensor is replaced, not written (a slot that covers it whole computes it
+        out of place, else it is copied first), and its name added. Only where
+        :attr:`acts_in_place`."""
+        self._slot_by_slot(params, g, owned, transpose=False)
 
-    def pull_back_in_place(self, covector: MutableMapping[str, Tensor], g: GroupElement) -> None:
+    def pull_back_in_place(
+        self,
+        covector: MutableMapping[str, Tensor],
+        g: GroupElement,
+        owned: set[str] | None = None,
+    ) -> None:
         """m ← Aᵀ m for the linear action A: θ ↦ g·θ, region by region (the transpose of
-        :meth:`act_in_place`, slots in reverse order), writing into the tensors of
-        ``covector`` (which the caller owns). With g⁻¹ this carries a gradient along a move
+        :meth:`act_in_place`, slots in reverse order), into ``covector`` as
+        :meth:`act_in_place` writes ``params``. With g⁻¹ this carries a gradient along a move
         by g: ∇L(g·θ) = A_{g⁻¹}ᵀ ∇L(θ). Only where :attr:`acts_in_place`."""
+        self._slot_by_slot(covector, g, owned, transpose=True)
+
+    def _slot_by_slot(
+        self,
+        tensors: MutableMapping[str, Tensor],
+        g: GroupElement,
+        owned: set[str] | None,
+        transpose: bool,
+    ) -> None:
         if not self.acts_in_place:
             raise InvalidArgumentError(f"{self.name}: its action is not slot by slot")
-        ref = covector[self.slots[0].name]
+        ref = tensors[self.slots[0].name]
         prepared = self._prepare(g, ref.dtype, ref.device)
-        for slot in reversed(self.slots):
-            region = self._read(covector[slot.name], slot)
-            region.copy_(self._transform_transpose(region, slot, prepared))
+        transform = self._transform_transpose if transpose else self._transform
+        for slot in reversed(self.slots) if transpose else self.slots:
+            name = slot.name
+            if owned is not None and name not in owned:
+                owned.add(name)
+                if slot.offset is None and slot.block == 1:  # the whole tensor, out of place
+                    tensors[name] = transform(tensors[name], slot, prepared)
+                    continue
+                tensors[name] = tensors[name].clone()
+            region = self._read(tensors[name], slot)
+            region.copy_(transform(region, slot, prepared))
 
     def _transform_transpose(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
         """The transpose (adjoint) of :meth:`_transform`'s linear map, applied to ``t``: its
         VJP, which families override with the closed form."""
-        _, vjp = torch.func.vjp(lambda region: self._transform(region, slot, prepared), t)
+        vjp = torch.func.vjp(lambda region: self._transform(region, slot, prepared), t)[1]
         return vjp(t.clone())[0]
 
     def tangent(self, params: Mapping[str, Tensor], xi: Tensor, x: Tensor | None = None) -> Params:

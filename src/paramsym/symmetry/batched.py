@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from paramsym.core.linalg import SMALL_EXP_NORM, small_exp_pair
 from paramsym.errors import InvalidArgumentError, InvalidGroupElementError
 from paramsym.symmetry.base import GroupElement, Region, Symmetry
 from paramsym.symmetry.gl import MatrixNeuronSymmetry, matrix_pairing
@@ -91,39 +92,48 @@ class MatrixBatch:
     def element(
         self, xis: Sequence[Tensor], parameterization: Literal["exp", "first_order"]
     ) -> BatchElement:
-        """``(G, G⁻¹)`` with ``G = exp(M(ξ))`` (or ``I + M(ξ)``), checked invertible."""
+        """``(G, G⁻¹)`` with ``G = exp(M(ξ))`` (or ``I + M(ξ)``), checked invertible. A small
+        step's exponentials come from one Taylor series
+        (:func:`~paramsym.core.linalg.small_exp_pair`: the inverse is exp(−M), exact to
+        rounding); larger ones from ``matrix_exp`` and an inversion checked by its residual."""
         generators = self.algebra(xis)
         if parameterization == "exp":
+            norm = float(generators.abs().sum(dim=-2).amax())
+            if norm <= SMALL_EXP_NORM:  # a teleport step: both exponentials from one series
+                g, inverse = small_exp_pair(generators)
+                return g, self._checked(g, inverse, residual=False)
             g = torch.linalg.matrix_exp(generators)
         else:
             g = torch.eye(self.width, dtype=generators.dtype, device=generators.device) + generators
-        # exp(M) with ‖M‖ ≤ 1 has condition number ≤ e², so its inverse is accurate to a few
-        # eps and the residual test (a product as costly as the inverse) is skipped
-        small = (
-            parameterization == "exp" and float(torch.linalg.matrix_norm(generators).max()) <= 1.0
-        )
-        return g, self._checked_inverse(g, residual=not small)
-
-    def _checked_inverse(self, g: Tensor, residual: bool = True) -> Tensor:
-        """G⁻¹, raising :class:`InvalidGroupElementError` naming the first member whose element
-        is not finite or numerically singular (the test of ``gl._checked_inverse``, batched;
-        ``residual=False`` leaves out ‖g g⁻¹ − I‖ for elements known to be well conditioned)."""
         work = g.to(torch.promote_types(g.dtype, torch.float32))
-        inv, info = torch.linalg.inv_ex(work)
-        error = torch.zeros(len(self.members), dtype=work.dtype, device=g.device)
+        inverse, info = torch.linalg.inv_ex(work)
+        return g, self._checked(g, inverse.to(g.dtype), info=info)
+
+    def _checked(
+        self, g: Tensor, inverse: Tensor, residual: bool = True, info: Tensor | None = None
+    ) -> Tensor:
+        """``inverse``, after raising :class:`InvalidGroupElementError` naming the first member
+        whose element or inverse is not finite, whose inversion failed (``info``), or (with
+        ``residual``) for which ‖g g⁻¹ − I‖_max exceeds √eps·w (the test of
+        ``gl._checked_inverse``, batched)."""
+        finite = torch.isfinite(g).flatten(1).all(dim=1) & torch.isfinite(inverse).flatten(1).all(
+            dim=1
+        )
+        error = torch.zeros(len(self.members), dtype=g.dtype, device=g.device)
         if residual:
+            work = g.to(torch.promote_types(g.dtype, torch.float32))
             eye = torch.eye(self.width, dtype=work.dtype, device=g.device)
-            error = (work @ inv - eye).abs().flatten(1).amax(dim=1)
-        tol = self.width * torch.finfo(g.dtype).eps ** 0.5
-        finite = torch.isfinite(g).flatten(1).all(dim=1) & torch.isfinite(inv).flatten(1).all(dim=1)
-        good = finite & (info == 0) & (error <= tol)
+            error = (work @ inverse.to(work.dtype) - eye).abs().flatten(1).amax(dim=1).to(g.dtype)
+        good = finite & (error <= self.width * torch.finfo(g.dtype).eps ** 0.5)
+        if info is not None:
+            good = good & (info == 0)
         if not bool(good.all()):
             bad = int((~good).nonzero()[0, 0])
             raise InvalidGroupElementError(
                 f"{self.members[bad].name}: the group element is not finite or numerically "
                 f"singular (‖g g⁻¹ − I‖_max = {float(error[bad]):.2e})"
             )
-        return inv.to(g.dtype)
+        return inverse
 
     @staticmethod
     def inverse(g: GroupElement) -> BatchElement:
@@ -177,22 +187,35 @@ class MatrixBatch:
         else:
             t.index_copy_(axis, index, out.flatten(axis, axis + 1))
 
-    def act_in_place(self, params: MutableMapping[str, Tensor], g: GroupElement) -> None:
-        """Each member's action by its element, written into ``params``' tensors (which the
-        caller owns): slots of power +1 become ``G · T``, those of power −1 ``G⁻ᵀ · T``."""
+    def act_in_place(
+        self,
+        params: MutableMapping[str, Tensor],
+        g: GroupElement,
+        owned: set[str] | None = None,
+    ) -> None:
+        """Each member's action by its element, written into ``params``' tensors: slots of
+        power +1 become ``G · T``, those of power −1 ``G⁻ᵀ · T``. ``owned``: as for
+        :meth:`NeuronSymmetry.act_in_place <paramsym.symmetry.base.NeuronSymmetry.act_in_place>`
+        (a tensor the caller does not own is copied first)."""
         forward, backward = _pair(g)
         for name, axis, power, offsets in self._slots:
             matrices = forward if power > 0 else backward.transpose(1, 2)
-            self._apply(params[name], axis, offsets, matrices)
+            self._apply(_owned(params, name, owned), axis, offsets, matrices)
 
-    def pull_back_in_place(self, covector: MutableMapping[str, Tensor], g: GroupElement) -> None:
-        """m ← A_gᵀ m (the transpose of :meth:`act_in_place`'s linear map), in place. With
-        g⁻¹ this carries a gradient along a move by g."""
+    def pull_back_in_place(
+        self,
+        covector: MutableMapping[str, Tensor],
+        g: GroupElement,
+        owned: set[str] | None = None,
+    ) -> None:
+        """m ← A_gᵀ m (the transpose of :meth:`act_in_place`'s linear map), in place (the
+        parameters ``covector`` lacks are skipped). With g⁻¹ this carries a gradient along a
+        move by g."""
         forward, backward = _pair(g)
         for name, axis, power, offsets in self._slots:
             if name in covector:
                 matrices = forward.transpose(1, 2) if power > 0 else backward
-                self._apply(covector[name], axis, offsets, matrices)
+                self._apply(_owned(covector, name, owned), axis, offsets, matrices)
 
     def pullbacks(
         self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]
@@ -207,13 +230,22 @@ class MatrixBatch:
             if name not in params or name not in cotangent:
                 continue
             p = self._rows(params[name], axis, offsets)
-            c = self._rows(cotangent[name], axis, offsets).to(p.dtype)
+            same = cotangent[name] is params[name]
+            c = p if same else self._rows(cotangent[name], axis, offsets).to(p.dtype)
             term = matrix_pairing(p, c, power)
             total = term if total is None else total + term
         if total is None:
             ref = params[self._slots[0][0]]
             total = ref.new_zeros(len(self.members), self.width, self.width)
         return [m._algebra_adjoint(part) for m, part in zip(self.members, total, strict=True)]
+
+
+def _owned(tensors: MutableMapping[str, Tensor], name: str, owned: set[str] | None) -> Tensor:
+    """``tensors[name]``, replaced by a copy first unless the caller owns it."""
+    if owned is not None and name not in owned:
+        tensors[name] = tensors[name].clone()
+        owned.add(name)
+    return tensors[name]
 
 
 def _pair(g: GroupElement) -> BatchElement:

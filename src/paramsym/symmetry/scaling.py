@@ -163,11 +163,15 @@ class PositiveScaling(PositiveVectorGroup, NeuronSymmetry):
         return m
 
     def _pairing(self, t: Tensor, c: Tensor, slot: Slot) -> Tensor:
-        product = t * c
-        if not self.per_neuron:
-            return slot.power * product.sum().reshape(1)
-        others = [a for a in range(product.ndim) if a != slot.axis]
-        return slot.power * (product.sum(dim=others) if others else product)
+        # Σ over the other axes of t ⊙ c; for c = t (‖∇L‖² by transport) one reduction pass
+        others = [a for a in range(t.ndim) if a != slot.axis] if self.per_neuron else None
+        if others == []:  # a bias: nothing to sum over
+            total = t * c
+        elif c is t:
+            total = torch.linalg.vector_norm(t, dim=others) ** 2
+        else:
+            total = (t * c).sum(dim=others)
+        return slot.power * (total if self.per_neuron else total.reshape(1))
 
     def _differential(self, t: Tensor, slot: Slot, generator: Tensor) -> Tensor:
         rates = slot.power * generator

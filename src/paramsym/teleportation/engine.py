@@ -46,7 +46,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.backends import differentiable_attention
 from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import Params, check_finite, resolve_params
 from paramsym.errors import (
@@ -374,10 +373,11 @@ def run_teleport(
             "for a landscape with paramsym.landscapes.value_loss"
         )
     check_deterministic(model, "teleport")
-    with differentiable_attention():  # the objectives differentiate ∇L (an HVP) through it
-        return _Teleport(
-            model, loss_fn, batch, config, symmetries, params, optimizer, covectors
-        ).run(update_model)
+    # the Hessian path differentiates ∇L through attention inside its own evaluations
+    # (HessianAscent.evaluate); the transport takes first-order gradients only
+    return _Teleport(model, loss_fn, batch, config, symmetries, params, optimizer, covectors).run(
+        update_model
+    )
 
 
 class _Teleport:

@@ -171,11 +171,7 @@ class Orbit:
             warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
             for s, g in self.elements(xis):
                 if getattr(s, "acts_in_place", False):
-                    for name in s.parameter_names:
-                        if name not in owned:
-                            current[name] = current[name].clone()
-                            owned.add(name)
-                    s.act_in_place(current, g)  # type: ignore[union-attr]
+                    s.act_in_place(current, g, owned)  # type: ignore[union-attr]
                     moves.append((s, g, current))
                 else:
                     assert isinstance(s, Symmetry)
@@ -194,12 +190,8 @@ class Orbit:
             names = [k for k in s.parameter_names if k in m]
             in_place = getattr(s, "acts_in_place", False)
             if isinstance(s, MatrixBatch) or (in_place and len(names) == len(s.parameter_names)):
-                for name in names:  # one copy of each tensor, regions rewritten in place
-                    if name not in owned:
-                        m[name] = m[name].clone()
-                        owned.add(name)
-                with torch.no_grad():
-                    s.pull_back_in_place(m, inverse)  # type: ignore[union-attr]
+                with torch.no_grad():  # one copy of each tensor, regions rewritten in place
+                    s.pull_back_in_place(m, inverse, owned)  # type: ignore[union-attr]
                 continue
             assert isinstance(s, Symmetry)
             owned.clear()
@@ -244,11 +236,7 @@ class Orbit:
             for step in steps:
                 for unit, g in step:
                     if getattr(unit, "acts_in_place", False):
-                        for name in unit.parameter_names:
-                            if name not in owned:
-                                current[name] = current[name].clone()
-                                owned.add(name)
-                        unit.act_in_place(current, g)  # type: ignore[union-attr]
+                        unit.act_in_place(current, g, owned)  # type: ignore[union-attr]
                     else:
                         assert isinstance(unit, Symmetry)
                         current = unit.act(current, g, self._x(unit))
