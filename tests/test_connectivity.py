@@ -255,7 +255,7 @@ def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> Non
     changed (``_Solved``): the descent is the same, step for step, as one that recomputes
     every matrix and assignment, on a residual stack where one stream permutation reads every
     weight."""
-    from paramsym.connectivity import matching
+    from paramsym.connectivity import matching_descent as descent
     from paramsym.nn import zoo
 
     def pair(seed: int) -> torch.nn.Module:
@@ -265,16 +265,16 @@ def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> Non
     a, b = pair(1), pair(2)
     x = torch.randint(0, 11, (2, 8), generator=_gen(3))
     calls = []
-    original = matching._cost_matrix
+    original = descent._cost_matrix
 
     def counted(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(matching, "_cost_matrix", counted)
+    monkeypatch.setattr(descent, "_cost_matrix", counted)
     kept = weight_matching(a, b, example_input=x)
     with_cache = len(calls)
-    monkeypatch.setattr(matching._Solved, "current", lambda self, group: False)
+    monkeypatch.setattr(descent._Solved, "current", lambda self, group: False)
     calls.clear()
     fresh = weight_matching(a, b, example_input=x)
     assert kept.history == fresh.history

@@ -7,14 +7,47 @@ Method choice for Hessian-vector products (``method=``):
 
 ``"reverse_over_reverse"`` (what ``"auto"`` picks)
     Differentiate the gradient ⟨∇L, v⟩ once more with ``torch.autograd`` (Pearlmutter's
-    trick). In eager PyTorch on CPU this measured 2.1-3.0 gradient evaluations per product
-    across the MLPs in ``benchmarks/`` against 2.8-4.5 for forward-over-reverse, and it
-    supports every loss.
+    trick). Supports every loss with a double backward. On CPU it measured 2.1-3.0 gradient
+    evaluations per product across the MLPs in ``benchmarks/`` against 2.8-4.5 for
+    forward-over-reverse.
+``"reverse_over_forward"`` (opt-in, not what ``"auto"`` picks)
+    ⟨∇L, v⟩ in forward mode (``torch.func.jvp``), then its gradient in reverse mode
+    (``torch.func.grad``). The gradient ∇L itself is never formed: per linear map 8 matrix
+    products instead of 9, and no P-sized gradient. Measured with ``bench_real_size``'s models
+    (one thread, float32, round-robin in one run on a busy 2-core machine), in gradients:
+    GPT-2-small 2.86 against 3.21 for reverse-over-reverse, BERT-base 2.76 against 3.39.
+    Only graphs made of autograd nodes whose forward-mode formulas reverse mode differentiates
+    exactly are accepted (``paramsym.core.forward_mode.VETTED_NODES``, each met in a model
+    that the tests compare with reverse-over-reverse and a dense Hessian);
+    ``F.layer_norm``/``F.rms_norm`` are written with elementary ops for it (the fused kernels'
+    formulas read saved statistics as constants: 13 % wrong on GPT-2, torch 2.13). Any other
+    graph (batch norm, custom ``autograd.Function``)
+    raises :class:`~paramsym.errors.AutodiffError`. Not the default, because a node list cannot
+    see every way PyTorch's forward mode departs from its reverse mode: forward mode ignores
+    ``torch.no_grad()`` blocks inside the model (pytorch/pytorch#128600; a statistic of a weight
+    taken under ``no_grad`` put both forward-mode methods 44 % off reverse-over-reverse, with
+    only vetted nodes), and it differentiated embedding padding rows (pytorch/pytorch#93950)
+    until :func:`~paramsym.core.backends.fixed_padding_rows`; and the saving is for single
+    products only, :class:`HessianOperator` (Lanczos, traces) reuses the gradient's graph.
 ``"forward_over_reverse"``
     ``torch.func.jvp`` of ``torch.func.grad``: composable with other ``torch.func``
     transforms. PyTorch 2.3-2.13 cannot push a tangent through ``nn.MSELoss``/``F.mse_loss``
     with ``reduction="mean"`` in this mode (pytorch/pytorch#123996, "ZeroTensors are
-    immutable"); paramsym reports that as :class:`~paramsym.errors.AutodiffError`.
+    immutable"); paramsym reports that as :class:`~paramsym.errors.AutodiffError`. Like
+    reverse-over-forward it does not see ``torch.no_grad()`` blocks inside the model.
+
+Every method differentiates the function PyTorch's reverse mode differentiates: the loss is
+evaluated inside :func:`~paramsym.core.backends.differentiable_attention`, which selects the
+math attention kernel (the fused CPU kernels have no double backward) and makes embedding
+rows named by ``padding_idx`` constants in forward mode as they are in reverse mode. Without
+the latter, forward mode moves the padding row and reverse mode does not
+(pytorch/pytorch#93950): wherever the padding token occurs in the input, forward-over-reverse,
+reverse-over-forward and finite differences of the gradient departed from reverse-over-reverse
+(tiny OPT 4 %, Gemma 9 %, ``BertForMaskedLM`` 5 %) and gave non-symmetric products on a
+``BertModel`` (torch 2.13). The Hessian is that of the loss with the looked-up padding rows
+held at their values (an output layer tied to the embedding still differentiates them):
+symmetric, and the derivative of the gradient that :class:`HessianOperator` and
+``loss.backward()`` report.
 
 For many products at one point, :class:`HessianOperator` computes the gradient once with
 its graph kept (``create_graph=True``) and then costs one backward pass through that graph per
@@ -37,6 +70,11 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.backends import differentiable_attention
+from paramsym.core.forward_mode import (
+    UnvettedGraphError,
+    hvp_reverse_over_forward,
+    raise_without_forward_mode,
+)
 from paramsym.core.model_checks import check_deterministic, check_input_dtype, require_module
 from paramsym.core.params import (
     Params,
@@ -59,7 +97,7 @@ from paramsym.symmetry.base import Symmetry
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 Batch = tuple[Any, Tensor]
-HVPMethod = Literal["auto", "reverse_over_reverse", "forward_over_reverse"]
+HVPMethod = Literal["auto", "reverse_over_forward", "reverse_over_reverse", "forward_over_reverse"]
 Which = Literal["largest", "smallest", "magnitude"]
 
 
@@ -91,7 +129,8 @@ def loss_function(model: nn.Module, loss_fn: LossFn, batch: Batch) -> Callable[[
     def loss(p: Params) -> Tensor:
         floating = next((t.dtype for t in p.values() if t.is_floating_point()), None)
         check_input_dtype(x, floating, "curvature", "the batch's inputs")
-        # the math attention kernel: the fused CPU kernels have no double backward
+        # the math attention kernel (the fused CPU kernels have no double backward), and
+        # padding rows of embeddings constant in forward mode as in reverse mode (#93950)
         with differentiable_attention():
             return _scalar_loss(loss_fn, functional_call(model, p, x), y)
 
@@ -175,6 +214,9 @@ class HessianOperator:
     def hvp(self, v: Mapping[str, Tensor]) -> Params:
         """H v for a params dict ``v`` (same keys and shapes as the parameters)."""
         _check_vector(v, self._leaves)
+        return self._product(v)
+
+    def _product(self, v: Mapping[str, Tensor]) -> Params:
         names = list(self._leaves)
         self.num_matvecs += 1
         if not self._curved:
@@ -242,13 +284,32 @@ def hvp(
     require_module(model, "hvp")
     point = resolve_trainable(model, params)
     _check_vector(v, point)
-    if method in ("auto", "reverse_over_reverse"):
-        return HessianOperator(model, loss_fn, batch, point).hvp(v)
-    if method != "forward_over_reverse":
+    if method not in (
+        "auto",
+        "reverse_over_forward",
+        "reverse_over_reverse",
+        "forward_over_reverse",
+    ):
         raise InvalidArgumentError(
-            f"hvp: method must be 'auto', 'reverse_over_reverse' or 'forward_over_reverse', "
-            f"got {method!r}"
+            "hvp: method must be 'auto', 'reverse_over_forward', 'reverse_over_reverse' or "
+            f"'forward_over_reverse', got {method!r}"
         )
+    if method == "reverse_over_forward" and point:
+        check_finite(point, "hvp: params")
+        try:
+            loss = loss_function(model, loss_fn, batch)
+            return hvp_reverse_over_forward(loss, v, point)
+        except UnvettedGraphError as unvetted:
+            raise AutodiffError(
+                "hvp(method='reverse_over_forward'): the loss's graph holds autograd nodes "
+                f"whose forward-mode formulas are not checked in reverse mode ({unvetted}); "
+                "use method='reverse_over_reverse'"
+            ) from None
+        except RuntimeError as err:
+            raise_without_forward_mode(err, method)
+            raise
+    if method in ("auto", "reverse_over_reverse", "reverse_over_forward"):
+        return HessianOperator(model, loss_fn, batch, point)._product(v)
     check_finite(point, "hvp: params")
     loss = loss_function(model, loss_fn, batch)
     try:
@@ -261,6 +322,7 @@ def hvp(
                 "nn.MSELoss/F.mse_loss with reduction='mean'); use method='reverse_over_reverse' "
                 "or write the loss with elementary operations"
             ) from err
+        raise_without_forward_mode(err, method)
         raise
     return dict(product)
 

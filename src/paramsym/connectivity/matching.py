@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-import scipy.optimize
 import torch
 from torch import Tensor, nn
 
+from paramsym.connectivity.matching_descent import coordinate_descent, inner_product
 from paramsym.core.model_checks import require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (
@@ -309,13 +307,7 @@ def matching_objective(
 ) -> float:
     """J = Σ_k ⟨θ_A[k], θ_B[k]⟩ over the tensors the objective uses (all but ``spec.unmatched``),
     accumulated in float64."""
-    return float(
-        sum(
-            torch.sum(params_a[k].double() * params_b[k].double())
-            for k in params_a
-            if k not in spec.unmatched
-        )
-    )
+    return inner_product(params_a, params_b, spec.unmatched)
 
 
 def _distance(
@@ -464,30 +456,6 @@ def _check_same_state(a: Mapping[str, Tensor], b: Mapping[str, Tensor], what: st
             )
 
 
-def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
-    """The slot's region of ``t`` as a ``(width, -1)`` matrix: one row per neuron."""
-    if slot.offset is not None:
-        t = t.narrow(slot.axis, slot.offset, slot.length(width))
-    t = t.unflatten(slot.axis, (width, slot.block))
-    return t.movedim(slot.axis, 0).reshape(width, -1)
-
-
-def _cost_matrix(
-    rows_a: Sequence[tuple[Slot, Tensor]],
-    current: Mapping[str, Tensor],
-    width: int,
-    p: Tensor,
-) -> np.ndarray:
-    """C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own permutation undone⟩,
-    so that J = const + Σ_i C[i, p(i)]. ``rows_a`` holds each matched slot with θ_A's rows
-    (float64, computed once per call); ``current`` is θ_B in float64."""
-    cost = torch.zeros(width, width, dtype=torch.float64)
-    for slot, a in rows_a:
-        cost += (a @ _neuron_rows(current[slot.name], slot, width).T).cpu()
-    undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
-    return cost[:, undo].numpy()
-
-
 def weight_matching(
     model_a: nn.Module | Mapping[str, Tensor],
     model_b: nn.Module | Mapping[str, Tensor],
@@ -549,7 +517,16 @@ def weight_matching(
         action.check_params(state_b)
 
     runs = [
-        _coordinate_descent(state_a, state_b, actions, spec, config, config.seed + restart)
+        coordinate_descent(
+            state_a,
+            state_b,
+            actions,
+            spec.unmatched,
+            max_iterations=config.max_iterations,
+            order=config.order,
+            tolerance=config.tolerance,
+            seed=config.seed + restart,
+        )
         for restart in range(config.restarts)
     ]
     permutations, current, history, iterations, converged = max(runs, key=lambda r: r[2][-1])
@@ -574,137 +551,3 @@ def weight_matching(
         seconds=time.perf_counter() - start,
         restart_objectives=[run[2][-1] for run in runs],
     )
-
-
-def _coordinate_descent(
-    state_a: Mapping[str, Tensor],
-    state_b: Mapping[str, Tensor],
-    actions: Mapping[str, NeuronPermutation],
-    spec: PermutationSpec,
-    config: WeightMatchingConfig,
-    seed: int,
-) -> tuple[dict[str, Tensor], Params, list[float], int, bool]:
-    """One descent from the identity: (permutations, aligned state, J history, sweeps,
-    converged), visiting the groups in the random orders of ``seed``."""
-    permutations = {g: torch.arange(a.width) for g, a in actions.items()}
-    # One conversion to float64 per call (permutations are exact in any dtype); the result is
-    # cast back to the input dtypes at the end.
-    wide_a, current = _wide(state_a), _wide(state_b)
-    rows_a = {
-        group: [
-            (slot, _neuron_rows(wide_a[slot.name], slot, action.width))
-            for slot in action.slots
-            if slot.name not in spec.unmatched
-        ]
-        for group, action in actions.items()
-    }
-    # J is linear in a group's permutation unless the group permutes two axes of one tensor
-    # (two slots on one axis, a head's query and key rows of a packed projection, are disjoint
-    # regions permuted alike); then the assignment's gain is J's change exactly, and J need not
-    # be recomputed.
-    solved = _Solved(actions, rows_a)
-    linear = solved.linear  # the same condition: J and the cost matrix linear in the group
-    objective = matching_objective(wide_a, current, spec)
-    history = [objective]
-    names = list(actions)
-    order_rng = np.random.default_rng(seed)
-    converged = False
-    iterations = 0
-    for iterations in range(1, config.max_iterations + 1):  # noqa: B007 (used after the loop)
-        improved = False
-        order = order_rng.permutation(len(names)) if config.order == "random" else range(len(names))
-        for index in order:
-            group = names[int(index)]
-            action = actions[group]
-            old = permutations[group]
-            if solved.current(group):
-                continue  # at the optimum of its unchanged cost matrix
-            cost = _cost_matrix(rows_a[group], current, action.width, old)
-            solved.mark(group)
-            _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
-            rows = np.arange(action.width)
-            gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
-            if gain <= config.tolerance * max(float(np.abs(cost).sum()), 1e-300):
-                continue
-            new = torch.as_tensor(columns, dtype=torch.long)
-            candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
-            if linear[group]:
-                value = objective + gain
-            else:
-                value = matching_objective(wide_a, candidate, spec)
-                if value < objective:
-                    # J is quadratic in P and the assignment step only its linearisation: a
-                    # step that lowers J is not taken.
-                    continue
-            current, permutations[group], objective = candidate, new, value
-            solved.changed(group)
-            history.append(objective)
-            improved = True
-        if not improved:
-            converged = True
-            break
-    history[-1] = matching_objective(wide_a, current, spec)  # the sum of gains, recomputed
-    aligned = {k: v.to(state_b[k].dtype) for k, v in current.items()}
-    return permutations, aligned, history, iterations, converged
-
-
-def _one_axis_per_tensor(slots: Sequence[Slot]) -> bool:
-    """Whether a group permutes at most one axis of each tensor it acts on."""
-    axes: dict[str, set[int]] = defaultdict(set)
-    for slot in slots:
-        axes[slot.name].add(slot.axis)
-    return all(len(found) == 1 for found in axes.values())
-
-
-class _Solved:
-    """Which groups sit at the optimum of their current cost matrix.
-
-    A group's cost matrix (:func:`_cost_matrix`, in θ_B's original neuron order) depends on
-    its own permutation only where it permutes two axes of one tensor; otherwise (``linear``)
-    only on the permutations of the groups acting on the other axes of its tensors (its
-    neighbours). Once such a group's assignment is solved, the group is at that matrix's
-    optimum (moved there, or already within the tolerance of it), and until a neighbour
-    changes, solving again would give the same answer: the group is skipped, neither its
-    matrix nor its assignment recomputed. A sweep in which few groups move (the last one
-    moves none) costs few matrix products and assignments; each cost matrix of a
-    transformer's residual stream reads every weight of the model, and an assignment of a
-    3072-wide FFN takes about a second."""
-
-    def __init__(
-        self,
-        actions: Mapping[str, NeuronPermutation],
-        rows_a: Mapping[str, list[tuple[Slot, Tensor]]],
-    ) -> None:
-        acting: dict[str, set[str]] = defaultdict(set)
-        for group, action in actions.items():
-            for slot in action.slots:
-                acting[slot.name].add(group)
-        self.neighbours = {
-            group: sorted({h for slot, _ in rows_a[group] for h in acting[slot.name]} - {group})
-            for group in actions
-        }
-        self.linear = {
-            group: _one_axis_per_tensor(action.slots) for group, action in actions.items()
-        }
-        self.version = dict.fromkeys(actions, 0)
-        self.at: dict[str, tuple[int, ...]] = {}
-
-    def _key(self, group: str) -> tuple[int, ...]:
-        return tuple(self.version[h] for h in self.neighbours[group])
-
-    def current(self, group: str) -> bool:
-        """Whether ``group`` was solved on the cost matrix it has now."""
-        return self.at.get(group) == self._key(group)
-
-    def mark(self, group: str) -> None:
-        """``group``'s assignment is being solved on its current cost matrix."""
-        if self.linear[group]:
-            self.at[group] = self._key(group)
-
-    def changed(self, group: str) -> None:
-        self.version[group] += 1
-
-
-def _wide(state: Mapping[str, Tensor]) -> Params:
-    """The floating tensors of ``state`` in float64 (others as they are)."""
-    return {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
