@@ -414,9 +414,10 @@ QUICK_CLAIMS_REPORTED = (
 )
 
 
-# Experiments whose test module runs the whole quick preset once and checks every claim as
-# measured (tests/test_curvature_intuition_experiment.py, test_learned_teleport_experiment.py,
-# test_teleport_generalization_experiment.py): the demo test below leaves them to those, rather
+# Experiments whose test module checks every claim as measured on the whole quick preset
+# (tests/test_curvature_intuition_experiment.py; test_learned_teleport_experiment.py and
+# test_teleport_generalization_experiment.py under `-m slow`, with a reduced quick preset, at
+# about half the cost, in the default run): the demo test below leaves them to those, rather
 # than run the same preset twice.
 QUICK_RUN_IN_OWN_TESTS = ("curvature-intuition", "learned-teleport", "teleport-generalization")
 

@@ -131,7 +131,7 @@ def loss_function(model: nn.Module, loss_fn: LossFn, batch: Batch) -> Callable[[
         check_input_dtype(x, floating, "curvature", "the batch's inputs")
         # the math attention kernel (the fused CPU kernels have no double backward), and
         # padding rows of embeddings constant in forward mode as in reverse mode (#93950)
-        with differentiable_attention():
+        with differentiable_attention(model):
             return _scalar_loss(loss_fn, functional_call(model, p, x), y)
 
     return loss

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional
 from torch.overrides import TorchFunctionMode
 
@@ -91,11 +91,13 @@ def fixed_padding_rows() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def differentiable_attention() -> Iterator[None]:
+def differentiable_attention(model: nn.Module | None = None) -> Iterator[None]:
     """Derivatives of every order and mode, consistent with each other, inside the block:
     ``scaled_dot_product_attention`` runs its math kernel (the fused CPU kernels have no double
     backward) and embedding padding rows are constants in forward mode as in reverse mode
-    (:func:`fixed_padding_rows`).
+    (:func:`fixed_padding_rows`). Given the ``model`` the block differentiates, the padding
+    rows' torch-function mode (a Python call per torch op) is entered only if the model has
+    an ``nn.Embedding`` with a ``padding_idx``.
 
     >>> import torch
     >>> q = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
@@ -108,5 +110,8 @@ def differentiable_attention() -> Iterator[None]:
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.MATH), fixed_padding_rows():
+    padded = model is None or any(
+        isinstance(m, nn.Embedding) and m.padding_idx is not None for m in model.modules()
+    )
+    with sdpa_kernel(SDPBackend.MATH), fixed_padding_rows() if padded else contextlib.nullcontext():
         yield

@@ -187,7 +187,7 @@ def evaluate(
     finite) and :func:`loss_input` of the model's return value. ``x`` is a tensor, a tuple of
     positional inputs or a mapping of keyword inputs
     (:func:`paramsym.core.calls.call_arguments`)."""
-    with differentiable_attention():
+    with differentiable_attention(model):
         raw = functional_call(model, params, x)
     y = select_output(raw, output, model, where)
     if not bool(torch.isfinite(y).all()):

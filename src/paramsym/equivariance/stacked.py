@@ -122,7 +122,7 @@ class StackedLoss:
         check_input_dtype(x, dtype, where, "the batch's inputs")
         self._model, self._x, self._target, self._loss_fn = model, x, target, loss_fn
         self._where = where
-        with differentiable_attention():
+        with differentiable_attention(self._model):
             pair = torch.func.vjp(self._forward, self.point)
         output, self._pullback = pair[0], pair[1]
         if not isinstance(output, Tensor):
@@ -152,7 +152,7 @@ class StackedLoss:
 
     def jvp(self, v: Mapping[str, Tensor]) -> Tensor:
         """F v for a params dict ``v``: a tensor shaped like the output (forward mode)."""
-        with differentiable_attention():
+        with differentiable_attention(self._model):
             tangent = torch.func.jvp(self._forward, (self.point,), (dict(v),))[1]
         return tangent.detach()
 

@@ -99,7 +99,7 @@ def parameter_jacobian(
         return flat_outputs(model, p, one_sample_batch(sample), output, "parameter_jacobian")[0]
 
     rows = []
-    with torch.no_grad(), differentiable_attention():  # the math kernel has a vmap rule
+    with torch.no_grad(), differentiable_attention(model):  # the math kernel has a vmap rule
         for start in range(0, batch_length(x, "parameter_jacobian", "x"), batch_size):
             samples = take(x, slice(start, start + batch_size))
             chunk = jacobians_over_samples(single, point, samples, model)  # (b, O, *shape)

@@ -163,7 +163,7 @@ def ntk(
     plan: StructuredPlan | None = None
     # torch.func transforms ignore an outer no_grad; it only stops graphs of the contractions.
     # Attention runs its math kernel: the fused CPU ones have no forward AD and no vmap rule.
-    with torch.no_grad(), differentiable_attention():
+    with torch.no_grad(), differentiable_attention(model):
         if method == "auto":
             static = (
                 [] if isinstance(problem.x1, dict) else candidate_layers(model, problem.params)[0]

@@ -204,7 +204,7 @@ class HessianAscent(AscentPath):
         ``ascent=False``, J and L at ``params`` itself and no rates."""
         self.evaluations += 1
         base = {k: v.detach() for k, v in params.items()}
-        with torch.enable_grad(), differentiable_attention():
+        with torch.enable_grad(), differentiable_attention(self.model):
             xis, moved = self.orbit.through_actions(base) if ascent else ([], base)
             # the point q(ξ) as independent coordinates: p + (q − stop_gradient(q)) equals q,
             # its ∇L is taken with respect to p (a moved tensor may depend on another through

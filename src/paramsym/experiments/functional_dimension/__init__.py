@@ -23,7 +23,10 @@ Speed: the independent runs of one experiment are trained together as one batch 
 (stacked weights, ``torch.baddbmm``). Adam and coupled weight decay act elementwise and the
 loss is a sum of the runs' own mean-squared errors, so every run follows the updates it would
 get alone (up to float rounding; tested); its initialisation and minibatch order come from its
-own generator, seeded ``seed·1000 + run``. At each checkpoint the Jacobians of all networks
-are computed together (backpropagation written out for the ReLU MLP) and their ranks come from
-one batched SVD, by ``ps.functional_dimension``'s rule (the same ranks; tested).
+own generator, seeded ``seed·1000 + run``. The gradient of a step is backpropagation written
+out for the ReLU MLP, the same operations autograd would run (the same values bit for bit;
+tested) without its graph, which at these sizes costs more than the arithmetic. At each
+checkpoint the Jacobians of all networks are computed together (backpropagation written out
+again) and their ranks come from one batched SVD, by ``ps.functional_dimension``'s rule (the
+same ranks; tested).
 """
