@@ -46,17 +46,21 @@ def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
 
 
 def _cost_matrix(
-    rows_a: Sequence[tuple[Slot, Tensor]],
+    slots: Sequence[Slot],
+    state_a: Mapping[str, Tensor],
     current: Mapping[str, Tensor],
     width: int,
     p: Tensor,
 ) -> np.ndarray:
     """C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own permutation undone⟩,
-    so that J = const + Σ_i C[i, p(i)]. ``rows_a`` holds each matched slot with θ_A's rows
-    (float64, computed once per call); ``current`` is θ_B in float64."""
+    so that J = const + Σ_i C[i, p(i)], over the matched ``slots``; ``current`` is θ_B. The
+    rows are widened to float64 one slot at a time (the models stay in their dtype: two
+    float64 copies of a 124 M model were 4 × its bytes)."""
     cost = torch.zeros(width, width, dtype=torch.float64)
-    for slot, a in rows_a:
-        cost += (a @ _neuron_rows(current[slot.name], slot, width).T).cpu()
+    for slot in slots:
+        a = _neuron_rows(state_a[slot.name], slot, width).double()
+        b = _neuron_rows(current[slot.name], slot, width).double()
+        cost += (a @ b.T).cpu()
     undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
     return cost[:, undo].numpy()
 
@@ -77,24 +81,21 @@ def coordinate_descent(
     in spec order; a step is taken when its gain exceeds ``tolerance`` times the cost
     matrix's absolute sum (:class:`~paramsym.connectivity.WeightMatchingConfig`)."""
     permutations = {g: torch.arange(a.width) for g, a in actions.items()}
-    # One conversion to float64 per call (permutations are exact in any dtype); the result is
-    # cast back to the input dtypes at the end.
-    wide_a, current = _wide(state_a), _wide(state_b)
-    rows_a = {
-        group: [
-            (slot, _neuron_rows(wide_a[slot.name], slot, action.width))
-            for slot in action.slots
-            if slot.name not in unmatched
-        ]
+    # Permutations are exact in any dtype: θ_B is moved in its own dtype, and J and the cost
+    # matrices are accumulated in float64 tensor by tensor (the same values as on widened
+    # copies of both models, without them).
+    current = dict(state_b)
+    slots_a = {
+        group: [slot for slot in action.slots if slot.name not in unmatched]
         for group, action in actions.items()
     }
     # J is linear in a group's permutation unless the group permutes two axes of one tensor
     # (two slots on one axis, a head's query and key rows of a packed projection, are disjoint
     # regions permuted alike); then the assignment's gain is J's change exactly, and J need not
     # be recomputed.
-    solved = _Solved(actions, rows_a)
+    solved = _Solved(actions, slots_a)
     linear = solved.linear  # the same condition: J and the cost matrix linear in the group
-    objective = inner_product(wide_a, current, unmatched)
+    objective = inner_product(state_a, current, unmatched)
     history = [objective]
     names = list(actions)
     order_rng = np.random.default_rng(seed)
@@ -109,7 +110,7 @@ def coordinate_descent(
             old = permutations[group]
             if solved.current(group):
                 continue  # at the optimum of its unchanged cost matrix
-            cost = _cost_matrix(rows_a[group], current, action.width, old)
+            cost = _cost_matrix(slots_a[group], state_a, current, action.width, old)
             solved.mark(group)
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
             rows = np.arange(action.width)
@@ -121,7 +122,7 @@ def coordinate_descent(
             if linear[group]:
                 value = objective + gain
             else:
-                value = inner_product(wide_a, candidate, unmatched)
+                value = inner_product(state_a, candidate, unmatched)
                 if value < objective:
                     # J is quadratic in P and the assignment step only its linearisation: a
                     # step that lowers J is not taken.
@@ -133,9 +134,8 @@ def coordinate_descent(
         if not improved:
             converged = True
             break
-    history[-1] = inner_product(wide_a, current, unmatched)  # the sum of gains, recomputed
-    aligned = {k: v.to(state_b[k].dtype) for k, v in current.items()}
-    return permutations, aligned, history, iterations, converged
+    history[-1] = inner_product(state_a, current, unmatched)  # the sum of gains, recomputed
+    return permutations, current, history, iterations, converged
 
 
 def _one_axis_per_tensor(slots: Sequence[Slot]) -> bool:
@@ -163,14 +163,14 @@ class _Solved:
     def __init__(
         self,
         actions: Mapping[str, NeuronPermutation],
-        rows_a: Mapping[str, list[tuple[Slot, Tensor]]],
+        matched: Mapping[str, list[Slot]],
     ) -> None:
         acting: dict[str, set[str]] = defaultdict(set)
         for group, action in actions.items():
             for slot in action.slots:
                 acting[slot.name].add(group)
         self.neighbours = {
-            group: sorted({h for slot, _ in rows_a[group] for h in acting[slot.name]} - {group})
+            group: sorted({h for slot in matched[group] for h in acting[slot.name]} - {group})
             for group in actions
         }
         self.linear = {
@@ -193,8 +193,3 @@ class _Solved:
 
     def changed(self, group: str) -> None:
         self.version[group] += 1
-
-
-def _wide(state: Mapping[str, Tensor]) -> Params:
-    """The floating tensors of ``state`` in float64 (others as they are)."""
-    return {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
