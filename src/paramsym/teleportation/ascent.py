@@ -308,9 +308,10 @@ class TransportAscent(AscentPath):
             parts = dict(previous or {})
             for k in changed if previous is not None else loss_gradient:
                 flat = loss_gradient[k].reshape(-1)
-                w = self.weights if isinstance(self.weights, float) else self.weights[k]
-                weighted = flat if isinstance(w, float) else w.reshape(-1) * flat
-                parts[k] = (w if isinstance(w, float) else 1.0) * float(torch.dot(weighted, flat))
+                if isinstance(self.weights, float):
+                    parts[k] = self.weights * float(torch.dot(flat, flat))
+                else:
+                    parts[k] = float(torch.dot(self.weights[k].reshape(-1) * flat, flat))
             value = math.fsum(parts.values())
             return Point(
                 self.theta, value, self.loss_before, {}, math.nan, loss_gradient, parts=parts
