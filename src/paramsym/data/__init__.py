@@ -12,6 +12,11 @@ directory (``data_dir`` / ``--data-dir`` or ``$PARAMSYM_DATA``) and never downlo
 file raises :class:`~paramsym.errors.MissingDataError` listing the files expected and the
 directories searched. :data:`DATASETS` / :func:`dataset_info` say which files each needs.
 
+Character-level text corpora for language models (:mod:`~paramsym.data.text`) are
+:class:`CharCorpus` objects (not :class:`Dataset`) and are not in :data:`DATASETS`:
+:func:`stdlib_text` (the Python standard library's own source, always available) and
+:func:`text_file` (any UTF-8 file, e.g. TinyShakespeare's ``input.txt``).
+
 >>> ds = load("uniform_regression", n_samples=4, in_features=5, out_features=8)
 >>> ds.task, tuple(ds.x_train.shape), tuple(ds.y_train.shape)
 ('regression', (4, 5), (4, 8))
@@ -51,6 +56,18 @@ from paramsym.data.synthetic import (
     teacher_student,
     uniform_regression,
 )
+from paramsym.data.text import (
+    STDLIB_TEST_FILES,
+    STDLIB_TRAIN_FILES,
+    STDLIB_VALIDATION_FILES,
+    UNKNOWN_CHAR,
+    CharCorpus,
+    char_corpus,
+    contiguous_blocks,
+    random_blocks,
+    stdlib_text,
+    text_file,
+)
 from paramsym.errors import InvalidArgumentError
 
 __all__ = [
@@ -58,10 +75,17 @@ __all__ = [
     "DATA_ENV_VAR",
     "SINUSOID_1D_TARGETS",
     "SINUSOID_2D_TARGETS",
+    "STDLIB_TEST_FILES",
+    "STDLIB_TRAIN_FILES",
+    "STDLIB_VALIDATION_FILES",
+    "UNKNOWN_CHAR",
+    "CharCorpus",
     "Dataset",
     "DatasetInfo",
     "Task",
+    "char_corpus",
     "cifar10",
+    "contiguous_blocks",
     "data_directory",
     "dataset_info",
     "digits",
@@ -73,11 +97,14 @@ __all__ = [
     "load_torch_file",
     "mnist",
     "mnist1d",
+    "random_blocks",
     "read_idx",
     "sinusoid_1d",
     "sinusoid_2d",
+    "stdlib_text",
     "teacher_model",
     "teacher_student",
+    "text_file",
     "uci_energy",
     "uniform_regression",
 ]
