@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 # torch's OpenMP threads spin-wait by default. When other jobs share the cores, that makes small
 # linear-algebra calls 10-100x slower (eigh of 140 x 140: 3 ms -> 0.1-0.4 s). Set before torch
@@ -43,3 +44,25 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def once_per_session(request: pytest.FixtureRequest, key: str, compute: Any) -> Any:
+    """``compute()``, run once per test session even across pytest-xdist workers: the first
+    worker to ask computes it under a file lock and pickles it into the session's shared
+    temporary directory, the others load it (pytest-xdist's documented pattern for a
+    session-wide fixture). Without xdist, ``compute()`` itself."""
+    import pickle
+
+    from filelock import FileLock
+
+    worker = getattr(request.config, "workerinput", None)
+    if worker is None:
+        return compute()
+    shared = request.getfixturevalue("tmp_path_factory").getbasetemp().parent
+    path = shared / f"{key}.pickle"
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        path.write_bytes(pickle.dumps(value))
+        return value

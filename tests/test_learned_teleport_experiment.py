@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 import paramsym.experiments.teleport.learned_teleport as module
+from conftest import once_per_session
 from paramsym.core.tables import table_rows
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.registry import Result, SilentProgress, get
@@ -25,10 +26,15 @@ trajectories (instead of 10): the same task, LSTMs and meta-learning rates at â‰
 
 
 @pytest.fixture(scope="module")
-def small() -> Result:
-    """The reduced quick preset (:data:`SMALL`), run once."""
+def small(request: pytest.FixtureRequest) -> Result:
+    """The reduced quick preset (:data:`SMALL`), run once per session (shared by xdist
+    workers)."""
     config = dataclasses.replace(get(NAME).presets["quick"], **SMALL)
-    return module.run_learned_teleport(config, SilentProgress())
+    return once_per_session(
+        request,
+        "learned-teleport-small",
+        lambda: module.run_learned_teleport(config, SilentProgress()),
+    )
 
 
 def _tiny(**changes) -> module.LearnedTeleportExperimentConfig:

@@ -12,6 +12,7 @@ import pytest
 import scipy.stats
 
 import paramsym.experiments.teleport.generalization as module
+from conftest import once_per_session
 from paramsym.errors import InvalidArgumentError, MissingDataError
 from paramsym.experiments.registry import Result, SilentProgress, get
 from paramsym.experiments.teleport.generalization_report import ARMS
@@ -28,9 +29,14 @@ def _small_config() -> module.GeneralizationConfig:
 
 
 @pytest.fixture(scope="module")
-def small() -> Result:
-    """The reduced quick preset (:data:`SMALL`), run once."""
-    return get(NAME).run(_small_config(), SilentProgress())
+def small(request: pytest.FixtureRequest) -> Result:
+    """The reduced quick preset (:data:`SMALL`), run once per session (shared by xdist
+    workers)."""
+    return once_per_session(
+        request,
+        "teleport-generalization-small",
+        lambda: get(NAME).run(_small_config(), SilentProgress()),
+    )
 
 
 def _check_claims_as_measured(result: Result, runs: int) -> None:
