@@ -382,10 +382,8 @@ class TransportAscent(AscentPath):
         the covector, so for c = 2w ⊙ v with one weight w it is 2w times v's pullback at v,
         and the (small) rates are negated rather than a P-sized −v built. Translations have
         rate zero (class docstring)."""
-        v = point.loss_gradient
+        v = point.loss_gradient  # over the trained parameters, which hold every moved one
         assert v is not None
-        full = dict(v)
-        full.update({k: torch.zeros_like(t) for k, t in self.theta.items() if k not in full})
         if isinstance(self.weights, float):
             at, factor = v, 2.0 * self.weights
         elif self.weights is not None:
@@ -393,13 +391,13 @@ class TransportAscent(AscentPath):
             at, factor = {k: 2.0 * self.weights[k] * v[k] for k in moved if k in v}, 1.0
         else:
             at, factor = point.gradient, 1.0
-        rates = self.orbit.pullback(at, full, only=self.moving)
+        rates = self.orbit.pullback(at, v, only=self.moving)
         by_index = dict(zip(self.moving, rates, strict=True))
         affine = [i for i in self.moving if not self.orbit.symmetries[i].linear]
         if affine:
             moved = {n for i in affine for n in self.orbit.symmetries[i].parameter_names}
             zeros = {k: torch.zeros_like(t) for k, t in self.theta.items() if k in moved}
-            offsets = self.orbit.pullback(zeros, full, only=affine)
+            offsets = self.orbit.pullback(zeros, v, only=affine)
             for i, offset in zip(affine, offsets, strict=True):
                 by_index[i] = by_index[i] - offset / factor
         return [
