@@ -109,6 +109,22 @@ class Built:
         self.model, self.inputs, self.target, self.loss_fn = model, inputs, target, loss_fn
         self.batch = (inputs, target)
 
+    def to(self, device: str, dtype: torch.dtype) -> Built:
+        """The model's floating tensors in ``dtype`` on ``device``; the inputs on ``device``
+        (floating ones in ``dtype``: images), the target on ``device``."""
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+
+        self.model.to(device=device, dtype=dtype)
+        if isinstance(self.inputs, dict):
+            self.inputs = {k: move(v) for k, v in self.inputs.items()}
+        else:
+            self.inputs = move(self.inputs)
+        self.target = self.target.to(device)
+        self.batch = (self.inputs, self.target)
+        return self
+
 
 def next_token_loss(output: Any, ids: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the logits at position t against the token at t + 1."""
@@ -233,15 +249,37 @@ def _where(error: BaseException) -> str:
 _LIBC = ctypes.CDLL("libc.so.6") if sys.platform.startswith("linux") else None
 
 
-def _measure_peak(fn: Callable[[], Any]) -> tuple[float, Any, float]:
-    """(seconds, value, peak MiB above the resident size before) of one call."""
+def _synced(fn: Callable[[], Any], device: str) -> Callable[[], Any]:
+    """``fn`` that waits for the device's queued work before it returns (CUDA timings)."""
+    if not device.startswith("cuda"):
+        return fn
+
+    def run() -> Any:
+        value = fn()
+        torch.cuda.synchronize()
+        return value
+
+    return run
+
+
+def _measure_peak(fn: Callable[[], Any], device: str = "cpu") -> tuple[float, Any, float]:
+    """(seconds, value, peak MiB above the memory held before) of one call: the resident
+    set on CPU, the caching allocator's allocated bytes on CUDA."""
     gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
-    base = peak_memory.reset()
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 2**20
+    else:
+        base = peak_memory.reset()
     start = time.perf_counter()
     value = fn()
     seconds = time.perf_counter() - start
+    if cuda:
+        return seconds, value, max(0.0, torch.cuda.max_memory_allocated() / 2**20 - base)
     return seconds, value, peak_memory.peak_since(base)
 
 
@@ -268,7 +306,7 @@ def _call(name: str, built: Built, extra: dict[str, Any]) -> Callable[[], Any]:
     if name == "hvp":
         generator = torch.Generator().manual_seed(1)
         v = {
-            k: torch.randn(p.shape, generator=generator, dtype=p.dtype)
+            k: torch.randn(p.shape, generator=generator).to(device=p.device, dtype=p.dtype)
             for k, p in model.named_parameters()
             if p.requires_grad
         }
@@ -324,12 +362,12 @@ def measure_call(
     """One call on one model: first call, peak memory, warm median round-robin with a
     gradient; any failure is recorded."""
     out: dict[str, Any] = {"call": name}
-    fn = _call(name, built, extra)
+    fn = _synced(_call(name, built, extra), args.device)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught, _cap(args.cap):
             warnings.simplefilter("always")
-            first, value, peak_first = _measure_peak(fn)
+            first, value, peak_first = _measure_peak(fn, args.device)
         out.update(first_call_seconds=first, peak_first_mib=peak_first, **_summary(name, value))
         del value
     except _CutOff:
@@ -356,7 +394,7 @@ def measure_call(
         try:
             with warnings.catch_warnings(), _cap(args.cap):
                 warnings.simplefilter("ignore")
-                _seconds, _value, peak_warm = _measure_peak(fn)
+                _seconds, _value, peak_warm = _measure_peak(fn, args.device)
                 del _value
                 seconds = round_robin({"gradient": grad, "call": fn}, repeats, warmup=0)
             out.update(
@@ -407,13 +445,16 @@ def judge(model: str, row: dict[str, Any]) -> dict[str, bool | None]:
 
 def run_model(name: str, args: Any) -> None:
     """(In a subprocess.) Every call on one model, one JSON line each."""
-    torch.set_num_threads(1)
-    if args.memory_limit_gb:
-        limit = int(args.memory_limit_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    cuda = args.device.startswith("cuda")
+    if not cuda:  # one thread on CPU; CUDA's host side keeps its threads (and address space)
+        torch.set_num_threads(1)
+        if args.memory_limit_gb:
+            limit = int(args.memory_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     warnings.simplefilter("ignore", ps.ParamsymWarning)
+    dtype = getattr(torch, args.dtype)
     start = time.perf_counter()
-    built = MODELS[name][0](args.smoke)
+    built = MODELS[name][0](args.smoke).to(args.device, dtype)
     parameters = sum(p.numel() for p in built.model.parameters())
     parameter_bytes = sum(p.numel() * p.element_size() for p in built.model.parameters())
     head: dict[str, Any] = {
@@ -425,10 +466,12 @@ def run_model(name: str, args: Any) -> None:
     config = getattr(built.model, "config", None)
     if config is not None:
         head["attn_implementation"] = getattr(config, "_attn_implementation", None)
-    grad = _gradient(built)
+    head["device"] = torch.cuda.get_device_name() if cuda else cpu_model()
+    head["torch_threads"] = torch.get_num_threads()
+    grad = _synced(_gradient(built), args.device)
     extra: dict[str, Any] = {"parameter_bytes": parameter_bytes}
     try:
-        first, _, peak = _measure_peak(grad)
+        first, _, peak = _measure_peak(grad, args.device)
         head.update(gradient_first_call_seconds=first)
         grad()
         head["gradient_seconds"], share = _elsewhere(
@@ -447,7 +490,7 @@ def run_model(name: str, args: Any) -> None:
     calls = [c for c in MODELS[name][1] if c in args.calls]
     for call in calls:
         if call == "weight_matching":
-            extra["second_model"] = gpt2_small(args.smoke, seed=1).model
+            extra["second_model"] = gpt2_small(args.smoke, seed=1).to(args.device, dtype).model
         row, share = _elsewhere(lambda call=call: measure_call(call, built, grad, extra, args))
         row["cpu_share_used_elsewhere"] = share
         row["checks"] = judge(name, row)
@@ -460,7 +503,8 @@ def model_subprocess(name: str, args: Any) -> dict[str, Any]:
     """One model's rows, from a subprocess, as far as it got."""
     command = [sys.executable, __file__, "--one", name, "--cap", str(args.cap)]
     command += ["--repeats", str(args.repeats), "--memory-limit-gb", str(args.memory_limit_gb)]
-    command += ["--calls", *args.calls] + (["--smoke"] if args.smoke else [])
+    command += ["--calls", *args.calls, "--device", args.device, "--dtype", args.dtype]
+    command += ["--smoke"] if args.smoke else []
     backstop = args.cap * 2 * (len(MODELS[name][1]) + 1) + 600
     out: dict[str, Any] = {"rows": []}
     start = time.perf_counter()
@@ -569,6 +613,10 @@ def main() -> None:
         "--memory-limit-gb", type=float, default=16.0,
         help="address-space cap of each model's subprocess (0: none)",
     )  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="cpu (the targets' machine) or cuda")
+    parser.add_argument(
+        "--dtype", default="float32", choices=("float32", "float64", "bfloat16", "float16")
+    )
     parser.add_argument("--smoke", action="store_true", help="2-layer models, 1 repeat, 60 s cap")
     parser.add_argument("--one", choices=list(MODELS), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -579,14 +627,17 @@ def main() -> None:
         return
     start = time.perf_counter()
     results: dict[str, Any] = {
-        "machine": {**machine(), "cpu_model": cpu_model(), "torch_threads": 1},
+        "machine": {**machine(), "cpu_model": cpu_model()},
+        "device": args.device,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "smoke": args.smoke,
         "repeats": args.repeats,
         "cap_seconds": args.cap,
         "batch": {"sequences": BATCH, "tokens": SEQUENCE, "images": [BATCH, 3, IMAGE, IMAGE]},
-        "dtype": "float32",
-        "peak_memory": "RSS high-water (VmHWM) above the resident size before the call, "
+        "dtype": args.dtype,
+        "peak_memory": "CUDA allocator's peak allocated bytes above those held before the call"
+        if args.device.startswith("cuda")
+        else "RSS high-water (VmHWM) above the resident size before the call, "
         "after gc.collect() and malloc_trim(0); in the model's subprocess",
         "targets": TARGETS,
         "models": {},
