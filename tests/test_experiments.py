@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import experiments_for_tests  # noqa: F401  (registers "test-counter")
+from demo_reduced import REDUCED_QUICK
 from paramsym.cli import main
 from paramsym.errors import ExperimentError
 from paramsym.experiments import registry
@@ -43,6 +44,9 @@ def test_overrides_are_parsed_by_field_type():
     )
     assert config.hidden == 7
     assert config.learning_rate == 0.1
+    assert config.init_scales == ((1.0, 2.0), (3.0, 4.0))  # a tuple of tuples, kept nested
+    with pytest.raises(ExperimentError, match="tuple of tuples"):
+        experiment.config("quick", {"init_scales": "1, 2"})
     counter = registry.get("test-counter").config("quick", {"log": "/tmp/x", "offset": "2.5"})
     assert (counter.log, counter.offset) == ("/tmp/x", 2.5)
     with pytest.raises(ExperimentError, match="cannot parse"):
@@ -422,6 +426,13 @@ QUICK_CLAIMS_REPORTED = (
 QUICK_RUN_IN_OWN_TESTS = ("curvature-intuition", "learned-teleport", "teleport-generalization")
 
 
+# The other REPORTED experiments: the default run checks what `make demo` writes for them at the
+# reduced quick presets of tests/demo_reduced.py (their claims are only reported, so the same
+# pipeline at a smaller size checks the same things); their full quick presets run under
+# `-m slow`.
+DEMO_REDUCED = tuple(n for n in QUICK_CLAIMS_REPORTED if n not in QUICK_RUN_IN_OWN_TESTS)
+
+
 def _claims(runs: Path, name: str) -> list[dict]:
     (metrics,) = runs.glob(f"{name}/*/metrics.json")
     return json.loads(metrics.read_text())["claims"]
@@ -436,19 +447,31 @@ def test_every_library_experiment_is_in_the_demo_lists():
     assert set(QUICK_RUN_IN_OWN_TESTS) <= library
 
 
-@pytest.mark.parametrize(
-    "name",
-    [n for n in (*QUICK_CLAIMS_HOLD, *QUICK_CLAIMS_REPORTED) if n not in QUICK_RUN_IN_OWN_TESTS],
-)
-def test_make_demo_reproduces_every_library_experiment(name, tmp_path, monkeypatch):
-    """What `make demo` does for one experiment (`paramsym reproduce --preset quick --only
-    NAME`; one test per experiment so that they spread over test workers): it writes a report
-    with figures and checked claims into runs/ and lists it in runs/index.html; the claims of
-    the experiments in QUICK_CLAIMS_HOLD all hold, the others say what they measured."""
-    monkeypatch.chdir(tmp_path)
+def test_reduced_demo_presets_cover_the_reported_experiments():
+    """Every REPORTED experiment that the demo test runs has a reduced quick preset, and its
+    overrides name real config fields, parse, and each changes the quick preset."""
+    assert set(REDUCED_QUICK) == set(DEMO_REDUCED)
+    for name, overrides in REDUCED_QUICK.items():
+        experiment = registry.get(name)
+        fields = {f.name for f in dataclasses.fields(experiment.config_type)}
+        assert overrides, name
+        assert set(overrides) <= fields, (name, sorted(set(overrides) - fields))
+        assert all(isinstance(v, str) for v in overrides.values()), name
+        quick, reduced = experiment.presets["quick"], experiment.config("quick", overrides)
+        for key in overrides:
+            assert getattr(reduced, key) != getattr(quick, key), (name, key)
+
+
+def _reproduce_quick(name: str, runs_parent: Path) -> Path:
+    """`paramsym reproduce --preset quick --only NAME` in ``runs_parent``: its runs/."""
     result = CliRunner().invoke(main, ["reproduce", "--preset", "quick", "--only", name])
     assert result.exit_code == 0, result.output
-    runs = tmp_path / "runs"
+    return runs_parent / "runs"
+
+
+def _check_demo_run(name: str, runs: Path) -> None:
+    """A report with figures and checked claims in runs/, listed in runs/index.html; the claims
+    of the experiments in QUICK_CLAIMS_HOLD all hold, the others say what they measured."""
     claims = _claims(runs, name)
     assert claims, name
     if name in QUICK_CLAIMS_HOLD:
@@ -461,3 +484,32 @@ def test_make_demo_reproduces_every_library_experiment(name, tmp_path, monkeypat
         assert list(runs.glob(f"{name}/*/*.png")), name
         assert ".png" in (runs / "index.html").read_text(), name
     assert f'id="{name}"' in (runs / "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n for n in (*QUICK_CLAIMS_HOLD, *QUICK_CLAIMS_REPORTED) if n not in QUICK_RUN_IN_OWN_TESTS],
+)
+def test_make_demo_reproduces_every_library_experiment(name, tmp_path, monkeypatch):
+    """What `make demo` does for one experiment (`paramsym reproduce --preset quick --only
+    NAME`; one test per experiment so that they spread over test workers), at the full quick
+    preset for the experiments in QUICK_CLAIMS_HOLD and at the reduced quick preset of
+    tests/demo_reduced.py for the others (their full quick preset: the slow test below)."""
+    if name in REDUCED_QUICK:
+        experiment = registry.get(name)
+        reduced = experiment.config("quick", REDUCED_QUICK[name])
+        presets = {**experiment.presets, "quick": reduced}
+        monkeypatch.setitem(
+            registry._REGISTRY, name, dataclasses.replace(experiment, presets=presets)
+        )
+    monkeypatch.chdir(tmp_path)
+    _check_demo_run(name, _reproduce_quick(name, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DEMO_REDUCED)
+def test_make_demo_full_quick_preset_of_reported_experiment(name, tmp_path, monkeypatch):
+    """`make demo`'s exact sizes for the experiments that the default run checks at a reduced
+    quick preset: the same checks on the full quick preset."""
+    monkeypatch.chdir(tmp_path)
+    _check_demo_run(name, _reproduce_quick(name, tmp_path))

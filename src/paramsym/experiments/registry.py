@@ -20,6 +20,7 @@ A config field named ``data_dir`` receives ``--data-dir``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import fnmatch
@@ -412,6 +413,8 @@ def _parse(value: str, current: Any, key: str, experiment_name: str) -> Any:
             return int(value)
         if isinstance(current, float):
             return float(value)
+        if isinstance(current, tuple) and current and isinstance(current[0], tuple):
+            return _parse_nested(value, current, key, experiment_name)
         if isinstance(current, tuple):
             parts = [p for p in value.strip("()[] ").split(",") if p.strip()]
             element = current[0] if current else ""
@@ -425,6 +428,24 @@ def _parse(value: str, current: Any, key: str, experiment_name: str) -> Any:
         ) from None
     raise ExperimentError(
         f"--set {key}: field type {type(current).__name__} cannot be set from the command line"
+    )
+
+
+def _parse_nested(value: str, current: tuple, key: str, experiment_name: str) -> tuple:
+    """A tuple of tuples, written as a Python literal (``"((1, 2), (3, 4))"``), each entry
+    parsed with the type of the current value's first entry."""
+    try:
+        parsed = ast.literal_eval(value.strip())
+    except (SyntaxError, ValueError):
+        parsed = None
+    if not isinstance(parsed, tuple | list) or not all(
+        isinstance(inner, tuple | list) for inner in parsed
+    ):
+        raise ValueError("expected a tuple of tuples, e.g. ((1, 2), (3, 4))")
+    element = current[0][0] if current[0] else ""
+    return tuple(
+        tuple(_parse(str(entry), element, key, experiment_name) for entry in inner)
+        for inner in parsed
     )
 
 

@@ -1,0 +1,174 @@
+"""Reduced quick presets for the demo test of tests/test_experiments.py.
+
+The experiments in ``QUICK_CLAIMS_REPORTED`` report their claims (they need not hold at quick
+size), so the default run checks what `make demo` writes for them, a report with evaluated
+claims, figures and an index entry, on the same pipeline at the sizes below; the full quick
+preset of each stays under ``-m slow``. Each entry: ``--set`` style overrides of the quick
+preset (parsed by :func:`paramsym.experiments.registry.apply_overrides`), mostly the sizes of
+the experiment's own reduced test, chosen so that every claim is still evaluated and at least
+one figure is drawn.
+"""
+
+from __future__ import annotations
+
+REDUCED_QUICK: dict[str, dict[str, str]] = {
+    # tests/test_teleport_synthetic_experiments.py
+    "teleport-regression": {"runs": "2", "steps": "20"},
+    "teleport-sweep": {
+        "runs": "1",
+        "optimizers": "adagrad",
+        "teleport_lrs": "1e-7",
+        "teleport_steps": "1,2",
+        "tol": "0.05",
+    },
+    "teleport-runtime": {
+        "epochs": "20",
+        "teleport_steps": "2",
+        "dimensions": "2,4,8",
+        "depths": "2,3,4",
+        "depth_width": "4",
+    },
+    # tests/test_teleport_training_experiments.py
+    "teleport-mnist": {"hidden": "24,24", "epochs": "3", "runs": "1", "teleport_steps": "2"},
+    "teleport-schedules": {
+        "hidden": "24,24",
+        "epochs": "8",
+        "runs": "1",
+        "teleport_steps": "2",
+        "once_epochs": "0,1,2",
+        "once_batches": "2",
+        "intervals": "1,2",
+        "batch_counts": "1,2",
+    },
+    "teleport-optimizers": {
+        "regression_runs": "2",
+        "regression_steps": "20",
+        "epochs": "2",
+        "runs": "1",
+        "teleport_batches": "2",
+        "teleport_steps": "2",
+        "optimizers": "adagrad,adam",
+        "learning_rates": "0.1,0.001",
+        "early_epochs": "1",
+    },
+    # tests/test_conserved_experiments.py
+    "q-distribution": {"samples": "200", "nonlinear_size": "12"},
+    "q-convergence": {
+        "activations": "identity,tanh",
+        "q_targets": "-20,0,20",
+        "steps": "400",
+        "lambdas": "0.5,1.0",
+        "radial_steps": "2000",
+    },
+    "q-sharpness": {
+        "scalar_qs": "-1,0,2",
+        "outputs": "3",
+        "hidden": "6",
+        "inputs": "2",
+        "q_targets": "-4,0,4",
+        "outgoing_q_targets": "-1,1,3",
+        "learning_rate": "0.02",
+        "steps": "4000",
+    },
+    "q-drift": {"activations": "identity,tanh", "steps": "200", "every": "20"},
+    "group-ensemble": {
+        "channels": "4",
+        "epochs": "8",
+        "learning_rate": "3e-3",
+        "epsilons": "0.01,1.0",
+        "members": "3",
+        "attack_samples": "100",
+        "fgsm_strengths": "0.0,0.1",
+        "pgd_strengths": "0.0,0.1",
+        "pgd_steps": "2",
+    },
+    # tests/test_symo_experiments.py
+    "global-curvature-structure": {
+        "settings": "tanh2",
+        "models": "300",
+        "hessian_models": "40",
+        "points": "30",
+        "steps": "3",
+    },
+    "symo-training": {
+        "widths": "(12, 10, 6)",
+        "n_train": "200",
+        "n_test": "100",
+        "iterations": "25",
+    },
+    # tests/test_architecture_experiments.py
+    "teleport-cnn": {"runs": "2", "epochs": "3", "channels": "4,4", "teleport_batches": "2"},
+    "cnn-weight-matching": {
+        "pairs": "1",
+        "epochs": "2",
+        "widths": "8,8",
+        "alphas": "5",
+        "bn_samples": "256",
+    },
+    # tests/test_equivariance_experiments_training.py
+    "progressive-sharpening": {
+        "samples": "200",
+        "hidden": "(16, 16)",
+        "steps": "40",
+        "early_steps": "10",
+    },
+    "gradient-subspace": {
+        "samples": "300",
+        "hidden": "(8, 8)",
+        "steps": "60",
+        "every": "20",
+        "warmup_steps": "20",
+        "batch_sizes": "(0, 32)",
+    },
+    # tests/test_equivariance_experiments_flow.py (its flow_result fixture)
+    "noether-flow": {
+        "widths": "(3, 4, 1)",
+        "samples": "8",
+        "flow_time": "2.0",
+        "gd_lrs": "0.1,0.2",
+        "batch_sizes": "1,3",
+        "sgd_steps": "300",
+        "trajectory_steps": "20",
+    },
+    # tests/test_flatness_correlation_experiment.py (its reduced fixture)
+    "sharpness-curvature-correlation": {
+        "runs": "8",
+        "learning_rates": "0.01,0.1",
+        "epochs": "1,2",
+        "probe_batches": "1",
+        "probe_batch_size": "64",
+        "directions": "2",
+        "curves": "1",
+    },
+    # tests/test_discovery_figures.py (test_tiny_runs)
+    "discovery-data-dependent": {
+        "hidden": "8",
+        "samples": "40",
+        "epochs": "1",
+        "batch_size": "20",
+        "networks": "tanh",
+        "generators": "2",
+        "eval_samples": "6",
+        "detail_samples": "2",
+    },
+    "discovery-curves": {
+        "hidden": "8",
+        "samples": "40",
+        "epochs": "1",
+        "batch_size": "20",
+        "networks": "sigmoid",
+        "generators": "1",
+        "eval_samples": "2",
+        "t_points": "5",
+        "random_curves": "2",
+    },
+    # no reduced run in tests/test_discovery_transformer.py: sizes chosen here
+    "discovery-transformer": {
+        "generators": "2",
+        "hidden": "16,16",
+        "steps": "40",
+        "samples_per_step": "4",
+        "eval_points": "8",
+        "random_directions": "4",
+    },
+}
