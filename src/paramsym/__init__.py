@@ -21,13 +21,16 @@ from paramsym import (
     symo,
 )
 from paramsym.connectivity import (
+    AlignResult,
     PermutationSpec,
     WeightMatchingConfig,
+    align,
     align_components,
     chord_bound,
     component_label,
     curve_geometry,
     linear_interpolation,
+    merge,
     permutation_spec,
     rescaling_barrier,
     rescaling_pair,
@@ -173,6 +176,7 @@ from paramsym.teleportation import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlignResult",
     "AmbiguousDimensionWarning",
     "ApproximateActionWarning",
     "ApproximateConservationWarning",
@@ -244,6 +248,7 @@ __all__ = [
     "WeightMatchingConfig",
     "__version__",
     "add",
+    "align",
     "align_components",
     "angular_momentum",
     "axpy",
@@ -287,6 +292,7 @@ __all__ = [
     "linear_regions",
     "loss_alignment",
     "mean_orbit_curvature",
+    "merge",
     "mirror_identities",
     "mlp",
     "nn",

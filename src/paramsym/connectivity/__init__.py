@@ -5,6 +5,9 @@
 * :mod:`~paramsym.connectivity.matching`: permutation alignment by weight matching, automatic
   for the models :func:`paramsym.symmetries` analyses, any model with a
   :class:`PermutationSpec`.
+* :mod:`~paramsym.connectivity.align`: alignment with every group the graph gives (unit and
+  head permutations, per-head and stream orthogonal maps), for transformers (issue 30);
+  :mod:`~paramsym.connectivity.merging`: weighted averages of aligned models, BatchNorm reset.
 * :mod:`~paramsym.connectivity.curves`: symmetry-induced curves exp(t log g)·w (Eqs. 3.4-3.6),
   their curvature, the chord bound (Thm 3.4.2), the output change of Prop. 3.4.1.
 * :mod:`~paramsym.connectivity.barriers`: the unbounded barrier of Prop. 3.3.3 in closed form.
@@ -13,6 +16,7 @@
   (Prop. 3.2.3).
 """
 
+from paramsym.connectivity.align import AlignResult, align
 from paramsym.connectivity.barriers import (
     RescalingPair,
     max_rescaling_barrier,
@@ -54,6 +58,7 @@ from paramsym.connectivity.matching import (
     permutation_spec,
     weight_matching,
 )
+from paramsym.connectivity.merging import merge, reset_batchnorm_statistics
 from paramsym.connectivity.paths import (
     InterpolationResult,
     Path,
@@ -63,6 +68,7 @@ from paramsym.connectivity.paths import (
 )
 
 __all__ = [
+    "AlignResult",
     "ChordBound",
     "ComponentAlignment",
     "CurveGeometry",
@@ -76,6 +82,7 @@ __all__ = [
     "SymmetryPath",
     "WeightMatchingConfig",
     "WeightMatchingResult",
+    "align",
     "align_components",
     "apply_permutations",
     "chord_bound",
@@ -90,12 +97,14 @@ __all__ = [
     "losses_along",
     "matching_objective",
     "max_rescaling_barrier",
+    "merge",
     "minimum_path",
     "nested_derivatives",
     "permutation_spec",
     "rescaling_barrier",
     "rescaling_factor",
     "rescaling_pair",
+    "reset_batchnorm_statistics",
     "residual_minimum_components",
     "square_linear_chain",
     "square_linear_minimum",

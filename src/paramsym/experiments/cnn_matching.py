@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.connectivity import WeightMatchingConfig, linear_path
+from paramsym.connectivity.merging import reset_batchnorm_statistics
 from paramsym.connectivity.paths import barrier_of
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.connectivity.common import error_rate, spread
@@ -51,7 +52,6 @@ from paramsym.experiments.teleport.training import image_split
 from paramsym.experiments.threads import torch_threads
 from paramsym.nn.zoo import ResNet
 
-BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 FUNCTION_TOLERANCE = 1e-4
 """Largest |f(π·θ_B) − f(θ_B)| (eval mode, float32) for "the same function"."""
 
@@ -64,40 +64,6 @@ def model_state(model: nn.Module) -> dict[str, Tensor]:
     an integer counter, is left out), detached copies."""
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     return {k: v.detach().clone() for k, v in state.items() if v.is_floating_point()}
-
-
-def reset_batchnorm_statistics(
-    model: nn.Module,
-    state: Mapping[str, Tensor] | None,
-    inputs: Tensor,
-    batch_size: int = 256,
-) -> nn.Module:
-    """A copy of ``model`` (with ``state`` loaded, if given) whose BatchNorm running statistics
-    are recomputed on ``inputs``, in eval mode: the "reset BN statistics" step used to evaluate
-    interpolated or re-permuted networks with BatchNorm (Git Re-Basin; Jordan et al. 2022).
-
-    The statistics of every BatchNorm layer are reset and re-estimated by forward passes in
-    training mode over ``inputs`` in batches of ``batch_size``, without gradients, as the
-    cumulative average over the batches (``momentum=None``); then each layer's momentum is
-    restored. Nothing but the running statistics changes, and ``model`` itself is untouched.
-    A model without BatchNorm comes back as an eval-mode copy.
-    """
-    fresh = copy.deepcopy(model)
-    if state is not None:
-        fresh.load_state_dict(dict(state), strict=False)
-    norms = [m for m in fresh.modules() if isinstance(m, BATCH_NORMS)]
-    momenta = [m.momentum for m in norms]
-    for module in norms:
-        module.reset_running_stats()
-        module.momentum = None
-    if norms:
-        fresh.train()
-        with torch.no_grad():
-            for start in range(0, inputs.shape[0], batch_size):
-                fresh(inputs[start : start + batch_size])
-    for module, momentum in zip(norms, momenta, strict=True):
-        module.momentum = momentum
-    return fresh.eval()
 
 
 @dataclass

@@ -1,0 +1,502 @@
+"""Aligning two networks of one architecture with every symmetry group the graph gives
+(issue 30; Theus et al. 2025, "Generalized Linear Mode Connectivity for Transformers").
+
+:func:`align` moves model B along its symmetry orbit to the point closest to model A,
+
+    min_g ‖θ_A − g·θ_B‖²,
+
+where g runs over the product of the groups that detection finds on B (after folding the norm
+weights into their readers, :func:`~paramsym.symmetry.fold.fold_norms`, which is what opens the
+residual stream's orthogonal group):
+
+* unit permutations (FFN units, conv channels) and head permutations (whole heads, query heads
+  within a key/value group, whole key/value groups): one linear assignment per group
+  (``scipy.optimize.linear_sum_assignment``);
+* the matrix groups — per-head query–key and value–output maps, RoPE's per-pair rotations, the
+  stream's orthogonal group — restricted to their orthogonal elements, for which ‖g·θ_B‖ is
+  constant and the best element given the others is an orthogonal Procrustes problem:
+  Q = U Vᵀ from the SVD U Σ Vᵀ of M = Σ_slots R_A R_Bᵀ (R: a slot's region, neuron axis
+  first); on RoPE's pairs, one rotation angle per pair, atan2(M_ji − M_ij, M_ii + M_jj).
+
+Each group is solved exactly given the others and the groups are alternated (block coordinate
+ascent of ⟨θ_A, g·θ_B⟩), so the distance never increases. A head's own query–key and
+value–output maps make its rows incomparable across models, so heads are matched on what those
+maps leave invariant: for each of the head's matrix groups, the circuit R₊ᵀ R₋ of its slots of
+power +1 and −1 (W_Qᵀ W_K and W_Vᵀ W_O per head), compared across models as
+⟨R₊ᴬ R₊ᴮᵀ, R₋ᴬ R₋ᴮᵀ⟩ (small w × w products); the maps themselves are then found by Procrustes
+on the matched heads. On the first sweep the stream map is solved from the tensors whose other
+axes no other group moves (the embeddings), so that unaligned heads and units do not blur it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor, nn
+
+from paramsym.connectivity.activations import capture, matrix_pairing, permutation_cost, site
+from paramsym.connectivity.matching import _check_same_architecture
+from paramsym.core.calls import call_arguments
+from paramsym.core.model_checks import require_module
+from paramsym.core.params import Params, stateless_call
+from paramsym.errors import InvalidArgumentError
+from paramsym.symmetry.base import Slot, Symmetry
+from paramsym.symmetry.discrete import NeuronPermutation
+from paramsym.symmetry.fold import fold_norms
+from paramsym.symmetry.gl import MatrixNeuronSymmetry
+from paramsym.symmetry.rotary import RotaryQueryKey
+
+Groups = Literal["all", "permutations"]
+GROUPS: tuple[str, ...] = ("all", "permutations")
+Method = Literal["weights", "activations"]
+METHODS: tuple[str, ...] = ("weights", "activations")
+
+
+@dataclass
+class AlignResult:
+    """What :func:`align` returns.
+
+    Attributes:
+        model: model B moved along its orbit to A (the folded B where ``fold``): it computes
+            B's function (``output_change``).
+        reference: model A as it was aligned to (the folded A where ``fold``), same structure as
+            ``model``: merge these two.
+        distance_before / distance_after: ‖θ_A − θ_B‖ before and after, over every parameter.
+        history: the distance after each sweep.
+        sweeps: sweeps run.
+        groups: group kind → number of groups moved along (``"permutation"``, ``"heads"``,
+            ``"orthogonal"``, ``"rotary"``).
+        method: ``"weights"`` or ``"activations"``.
+        by_weights: (``method="activations"``) groups aligned by their weights, for want of
+            an activation site.
+        output_change: max |B(x) − aligned B(x)| / max |B(x)| on the example input.
+        seconds: wall-clock time.
+    """
+
+    model: nn.Module
+    reference: nn.Module
+    distance_before: float
+    distance_after: float
+    history: list[float] = field(default_factory=list)
+    sweeps: int = 0
+    groups: dict[str, int] = field(default_factory=dict)
+    method: str = "weights"
+    by_weights: list[str] = field(default_factory=list)
+    output_change: float = 0.0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "distance_before": self.distance_before,
+            "distance_after": self.distance_after,
+            "history": list(self.history),
+            "sweeps": self.sweeps,
+            "groups": dict(self.groups),
+            "method": self.method,
+            "by_weights": list(self.by_weights),
+            "output_change": self.output_change,
+            "seconds": self.seconds,
+        }
+
+
+# -- regions ----------------------------------------------------------------------------------
+
+
+def _region(t: Tensor, slot: Slot, length: int) -> Tensor:
+    """The slot's ``length`` entries along its axis, that axis first, the rest flattened."""
+    if slot.offset is not None:
+        t = t.narrow(slot.axis, slot.offset, length)
+    return t.movedim(slot.axis, 0).reshape(length, -1)
+
+
+def _blocks(t: Tensor, slot: Slot, width: int) -> Tensor:
+    """A permuted slot's region as ``(width, block · rest)``: one row per unit or head."""
+    if slot.offset is not None:
+        t = t.narrow(slot.axis, slot.offset, width * slot.block)
+    t = t.unflatten(slot.axis, (width, slot.block))
+    return t.movedim(slot.axis, 0).reshape(width, -1)
+
+
+# -- the orthogonal groups --------------------------------------------------------------------
+
+
+def _orthogonal(m: Tensor, s: MatrixNeuronSymmetry) -> Tensor:
+    """argmax over the orthogonal elements Q of ``s``'s group of tr(Qᵀ M)."""
+    if isinstance(s, RotaryQueryKey):
+        q = torch.zeros_like(m)
+        for i, j in s.pairs:
+            angle = torch.atan2(m[j, i] - m[i, j], m[i, i] + m[j, j])
+            c, sn = torch.cos(angle), torch.sin(angle)
+            q[i, i], q[j, j], q[i, j], q[j, i] = c, c, -sn, sn
+        return q
+    u, _, vh = torch.linalg.svd(m)
+    return u @ vh
+
+
+def _pairing(
+    s: MatrixNeuronSymmetry, a: Mapping[str, Tensor], b: Mapping[str, Tensor], slots: Sequence[Slot]
+) -> Tensor:
+    """M = Σ R_A R_Bᵀ over ``slots`` of ``s`` (float64, ``(w, w)``)."""
+    m = torch.zeros(s.width, s.width, dtype=torch.float64)
+    for slot in slots:
+        ra = _region(a[slot.name], slot, s.width).double()
+        rb = _region(b[slot.name], slot, s.width).double()
+        m += (ra @ rb.T).cpu()
+    return m
+
+
+# -- the permutation groups -------------------------------------------------------------------
+
+
+@dataclass
+class _Located:
+    """The matrix groups inside each block (head) of a permutation group: per block, a list of
+    (matrix group, index of its slot that lies in the block), in one order for every block."""
+
+    per_block: list[list[tuple[MatrixNeuronSymmetry, int]]]
+    covered: set[int]  # indices of the permutation's slots whose blocks hold matrix slots
+
+
+def _locate(p: NeuronPermutation, matrices: Sequence[MatrixNeuronSymmetry]) -> _Located:
+    per_block: list[list[tuple[MatrixNeuronSymmetry, int]]] = [[] for _ in range(p.width)]
+    covered: set[int] = set()
+    for index, ps in enumerate(p.slots):
+        low = ps.offset or 0
+        for s in matrices:
+            for k, ms in enumerate(s.slots):
+                if (ms.name, ms.axis) != (ps.name, ps.axis) or ms.offset is None:
+                    continue
+                block, within = divmod(ms.offset - low, ps.block)
+                if 0 <= block < p.width and within + s.width <= ps.block:
+                    per_block[block].append((s, k))
+                    covered.add(index)
+    return _Located(per_block, covered)
+
+
+def _head_cost(
+    located: _Located, a: Mapping[str, Tensor], b: Mapping[str, Tensor], n: int
+) -> Tensor:
+    """C[i, j] = Σ over the matrix groups of block i (A) and j (B), position by position, of
+    ⟨circuit_A, circuit_B⟩ = ⟨R₊ᴬ R₊ᴮᵀ, R₋ᴬ R₋ᴮᵀ⟩ for every pair of slots of opposite power
+    (the maps inside a head leave each circuit R₊ᵀ R₋ unchanged)."""
+    cost = torch.zeros(n, n, dtype=torch.float64)
+    positions = len(located.per_block[0])
+    if any(len(block) != positions for block in located.per_block):
+        raise InvalidArgumentError(
+            "align: the heads of one permutation group carry different matrix groups; "
+            "report this model (its heads are not alike)"
+        )
+    for t in range(positions):
+        own = [located.per_block[i][t] for i in range(n)]
+        s0, k0 = own[0]
+        for m, partner in enumerate(s0.slots):
+            if partner.power == s0.slots[k0].power:
+                continue
+            x = _cross(a, b, [(s, s.slots[k]) for s, k in own])
+            y = _cross(a, b, [(s, s.slots[m]) for s, _ in own])
+            cost += (x * y).sum(dim=(-1, -2)).cpu()
+    return cost
+
+
+def _cross(
+    a: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+    slots: Sequence[tuple[MatrixNeuronSymmetry, Slot]],
+) -> Tensor:
+    """X[i, j] = R_A(slot i) R_B(slot j)ᵀ for one slot per block, shape ``(n, n, w, w)``."""
+    ra = torch.stack([_region(a[t.name], t, s.width).double() for s, t in slots])
+    rb = torch.stack([_region(b[t.name], t, s.width).double() for s, t in slots])
+    return torch.einsum("iar,jbr->ijab", ra, rb)
+
+
+def _permutation_cost(
+    p: NeuronPermutation,
+    located: _Located,
+    a: Mapping[str, Tensor],
+    b: Mapping[str, Tensor],
+) -> Tensor:
+    """C[i, j]: how well block i of A matches block j of B (plain rows where no matrix group
+    lives in the blocks, circuits where one does)."""
+    cost = torch.zeros(p.width, p.width, dtype=torch.float64)
+    for index, slot in enumerate(p.slots):
+        if index in located.covered:
+            continue
+        ra = _blocks(a[slot.name], slot, p.width).double()
+        rb = _blocks(b[slot.name], slot, p.width).double()
+        cost += (ra @ rb.T).cpu()
+    if located.covered:
+        cost += _head_cost(located, a, b, p.width)
+    return cost
+
+
+# -- the descent ------------------------------------------------------------------------------
+
+
+def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
+    """(permutation groups, matrix groups) to align along."""
+    perms = [
+        s
+        for s in found
+        if isinstance(s, NeuronPermutation) and s.exact and s.preserves == "function"
+    ]
+    matrices = []
+    if groups == "all":
+        matrices = [
+            s
+            for s in found
+            if isinstance(s, MatrixNeuronSymmetry)
+            and s.exact
+            and s.preserves == "function"
+            and not s.data_dependent
+            and all(slot.block == 1 for slot in s.slots)
+        ]
+    return perms, matrices
+
+
+def _procrustes_step(
+    s: MatrixNeuronSymmetry, a: Mapping[str, Tensor], b: Params, slots: Sequence[Slot]
+) -> None:
+    """B ← Q·B with Q the best orthogonal element of ``s`` given everything else."""
+    reference = b[s.slots[0].name]
+    q = _orthogonal(_pairing(s, a, b, slots), s).to(reference.dtype).to(reference.device)
+    b.update(s.act({k: b[k] for k in s.parameter_names}, q))
+
+
+def _clean_slots(
+    s: MatrixNeuronSymmetry, others: Sequence[Symmetry], shapes: Mapping[str, torch.Size]
+) -> list[Slot]:
+    """``s``'s slots on tensors whose other axes no other group moves (the embeddings of the
+    stream): the first sweep's Procrustes reads only these, where there are any."""
+    moved = {(t.name, t.axis) for o in others if o is not s for t in o.slots}
+    clean = [
+        slot
+        for slot in s.slots
+        if not any(
+            (slot.name, axis) in moved
+            for axis in range(len(shapes[slot.name]))
+            if axis != slot.axis
+        )
+    ]
+    return clean or list(s.slots)
+
+
+def align(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    example_input: Any,
+    *,
+    groups: Groups = "all",
+    method: Method = "weights",
+    data: Any = None,
+    fold: bool = True,
+    max_sweeps: int = 20,
+    tolerance: float = 1e-12,
+) -> AlignResult:
+    """Model B moved along its symmetry group to model A (module docstring).
+
+    Args:
+        model_a, model_b: two models of one architecture (same modules, same shapes); neither
+            is changed.
+        example_input: a batch both accept (as for :func:`paramsym.symmetries`); the groups
+            are read off its traced graph.
+        groups: ``"all"``: permutations and the orthogonal maps of every matrix group (heads'
+            query–key and value–output maps, RoPE's rotations, the stream); ``"permutations"``:
+            unit and head permutations alone (Git Re-Basin's groups).
+        method: ``"weights"`` (data-free: the alternating descent of the module docstring) or
+            ``"activations"``: each group once, from the activations at its neurons on ``data``
+            (:mod:`~paramsym.connectivity.activations`): units by the correlation of their
+            activations, heads by ‖X_Aᵀ X_B‖_*, orthogonal maps by Procrustes on the
+            activations (M = X_Aᵀ X_B); a group none of whose tensors has a known activation
+            site is aligned by its weights (named in ``by_weights``).
+        data: the inputs for ``method="activations"`` (default: ``example_input``).
+        fold: fold the norm weights into their readers first (both models, with
+            ``add_bias=True``: a LayerNorm's bias read by a linear map without one, GPT-2's
+            head, gives that map a bias; the result's models are the folded ones), which opens
+            the stream's orthogonal group.
+        max_sweeps: sweeps over all groups at most.
+        tolerance: stop when a sweep lowers ‖θ_A − g·θ_B‖² by less than this times its
+            value before alignment.
+
+    Returns:
+        :class:`AlignResult` with the aligned B and the A it was aligned to.
+
+    Raises:
+        ShapeError: the models differ in architecture or shapes.
+        InvalidArgumentError: ``groups``, ``max_sweeps`` or ``tolerance`` out of range.
+    """
+    start = time.perf_counter()
+    require_module(model_a, "align: model_a")
+    require_module(model_b, "align: model_b")
+    if groups not in GROUPS:
+        raise InvalidArgumentError(
+            f"align: groups must be one of {', '.join(map(repr, GROUPS))}, got {groups!r}"
+        )
+    if method not in METHODS:
+        raise InvalidArgumentError(
+            f"align: method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
+        )
+    if max_sweeps < 1 or not tolerance >= 0:
+        raise InvalidArgumentError(
+            f"align: max_sweeps must be ≥ 1 and tolerance ≥ 0, got {max_sweeps}, {tolerance}"
+        )
+    _check_same_architecture(model_a, model_b, "align")
+    user_b = model_b
+    if fold:
+        model_a, model_b = (fold_norms(m, example_input, add_bias=True) for m in (model_a, model_b))
+        _check_same_architecture(model_a, model_b, "align (folded)")
+    else:
+        model_a, model_b = copy.deepcopy(model_a), copy.deepcopy(model_b)
+    from paramsym.symmetry.detect import symmetries
+
+    perms, matrices = _selected(symmetries(model_b, example_input=example_input), groups)
+    # the stream first (whole axes), then the permutations, then the maps inside heads
+    streams = [s for s in matrices if all(t.offset is None for t in s.slots)]
+    local = [s for s in matrices if s not in streams]
+    a: Params = {k: v.detach() for k, v in model_a.named_parameters()}
+    b: Params = {k: v.detach().clone() for k, v in model_b.named_parameters()}
+    for name in a:
+        if b.get(name) is None or a[name].shape != b[name].shape:
+            raise InvalidArgumentError(f"align: parameter '{name}' differs between the models")
+    # coarse blocks first: whole key/value groups before the query heads within them
+    perms.sort(key=lambda p: -max(t.block for t in p.slots))
+    located = {id(p): _locate(p, matrices) for p in perms}
+    shapes = {k: v.shape for k, v in a.items()}
+
+    def distance() -> float:
+        return math.fsum(float((a[k].double() - b[k].double()).square().sum()) for k in a) ** 0.5
+
+    history = [distance()]
+    by_weights: list[str] = []
+    if method == "weights":
+        for sweep in range(max_sweeps):
+            for s in streams:
+                slots = _clean_slots(s, [*perms, *matrices], shapes) if sweep == 0 else s.slots
+                _procrustes_step(s, a, b, slots)
+            for p in perms:
+                _assignment_step(p, _permutation_cost(p, located[id(p)], a, b), b)
+            for s in local:
+                _procrustes_step(s, a, b, s.slots)
+            history.append(distance())
+            if history[-2] ** 2 - history[-1] ** 2 <= tolerance * history[0] ** 2:
+                break
+    else:
+        by_weights = _on_activations(
+            model_a, model_b, a, b, perms, [*streams, *local], located, data or example_input
+        )
+        history.append(distance())
+    aligned = model_b
+    with torch.no_grad():
+        for name, value in b.items():
+            aligned.get_parameter(name).copy_(value)
+    kinds: dict[str, int] = {}
+    for s in [*perms, *matrices]:
+        kind = (
+            "rotary"
+            if isinstance(s, RotaryQueryKey)
+            else "orthogonal"
+            if isinstance(s, MatrixNeuronSymmetry)
+            else "heads"
+            if located[id(s)].covered
+            else "permutation"
+        )
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return AlignResult(
+        model=aligned,
+        reference=model_a,
+        distance_before=history[0],
+        distance_after=history[-1],
+        history=history,
+        sweeps=len(history) - 1,
+        groups=kinds,
+        method=method,
+        by_weights=by_weights,
+        output_change=_output_change(user_b, aligned, example_input),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
+    """B ← π·B with π the best assignment for ``cost`` (C[i, j]: block i of A with block j of
+    B); whether B changed."""
+    _, columns = linear_sum_assignment(cost.numpy(), maximize=True)
+    if np.array_equal(columns, np.arange(p.width)):
+        return False
+    index = torch.as_tensor(columns, device=b[p.slots[0].name].device)
+    b.update(p.act({k: b[k] for k in p.parameter_names}, index))
+    return True
+
+
+def _on_activations(
+    model_a: nn.Module,
+    model_b: nn.Module,
+    a: Params,
+    b: Params,
+    perms: Sequence[NeuronPermutation],
+    matrices: Sequence[MatrixNeuronSymmetry],
+    located: Mapping[int, _Located],
+    data: Any,
+) -> list[str]:
+    """Each group once from the activations at its neurons (``align(method="activations")``),
+    the permutations first; B's activations are read again after each group that moved it.
+    Returns the groups aligned by their weights instead (no activation site)."""
+    sites = {w for s in [*perms, *matrices] for t in s.slots if (w := site(model_b, t))}
+    acts_a = capture(model_a, sites, data)
+    by_weights: list[str] = []
+    acts_b: dict | None = None
+
+    def current() -> dict:
+        nonlocal acts_b
+        if acts_b is None:
+            with torch.no_grad():
+                for name, value in b.items():
+                    model_b.get_parameter(name).copy_(value)
+            acts_b = capture(model_b, sites, data)
+        return acts_b
+
+    for p in perms:
+        cost = permutation_cost(model_b, p.slots, p.width, acts_a, current())
+        if cost is None:
+            by_weights.append(p.name)
+            cost = _permutation_cost(p, located[id(p)], a, b)
+        if _assignment_step(p, cost.cpu(), b):
+            acts_b = None
+    for s in matrices:
+        m = matrix_pairing(model_b, s.slots, s.width, acts_a, current())
+        if m is None:
+            by_weights.append(s.name)
+            m = _pairing(s, a, b, s.slots)
+        reference = b[s.slots[0].name]
+        q = _orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
+        b.update(s.act({k: b[k] for k in s.parameter_names}, q))
+        acts_b = None
+    return by_weights
+
+
+def _output_change(before: nn.Module, after: nn.Module, example_input: Any) -> float:
+    """max |f_after(x) − f_before(x)| / max |f_before(x)| on the example input."""
+    args, kwargs = call_arguments(before, example_input)
+    state_before = {k: v.detach() for k, v in before.named_parameters()}
+    state_after = {k: v.detach() for k, v in after.named_parameters()}
+    with torch.no_grad():
+        out_before = _first(stateless_call(before, state_before, args, kwargs))
+        out_after = _first(stateless_call(after, state_after, args, kwargs))
+    scale = float(out_before.abs().max())
+    return float((out_after - out_before).abs().max()) / max(scale, 1e-300)
+
+
+def _first(raw: Any) -> Tensor:
+    if isinstance(raw, Tensor):
+        return raw
+    if hasattr(raw, "logits"):
+        return raw.logits
+    if isinstance(raw, Mapping):
+        return next(iter(raw.values()))
+    return raw[0]
