@@ -156,6 +156,23 @@ def test_bad_input_is_named():
         ps.align(a, a, x, groups="everything")
     with pytest.raises(ps.InvalidArgumentError, match="max_sweeps"):
         ps.align(a, a, x, max_sweeps=0)
+    with pytest.raises(ps.InvalidArgumentError, match="method"):
+        ps.align(a, a, x, method="learned")
+
+    class Opaque(torch.nn.Module):  # Python control flow on a value: the trace sees nothing
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = self.first(x)
+            return self.second(torch.relu(h if float(h.sum()) > 0 else 2 * h))
+
+    with (
+        pytest.warns(ps.UnanalysedModuleWarning),
+        pytest.raises(ps.UnsupportedModuleError, match="strict=True"),
+    ):
+        ps.align(Opaque(), Opaque(), torch.randn(5, 3))
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

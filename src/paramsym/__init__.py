@@ -22,6 +22,7 @@ from paramsym import (
 )
 from paramsym.connectivity import (
     AlignResult,
+    LearnedAlignConfig,
     PermutationSpec,
     WeightMatchingConfig,
     align,
@@ -29,6 +30,7 @@ from paramsym.connectivity import (
     chord_bound,
     component_label,
     curve_geometry,
+    learn_alignment,
     linear_interpolation,
     merge,
     permutation_spec,
@@ -207,6 +209,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidGroupElementError",
     "InverseActivationGL",
+    "LearnedAlignConfig",
     "LearnedSymmetry",
     "LearnedSymmetryConfig",
     "LearnedTeleportConfig",
@@ -287,6 +290,7 @@ __all__ = [
     "last_layer_curvature",
     "last_layer_gl",
     "layer_homogeneity",
+    "learn_alignment",
     "level_set_teleport",
     "linear_interpolation",
     "linear_regions",

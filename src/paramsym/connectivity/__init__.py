@@ -49,6 +49,11 @@ from paramsym.connectivity.curves import (
     nested_derivatives,
     symmetry_path,
 )
+from paramsym.connectivity.learned_align import (
+    LearnedAlignConfig,
+    LearnedAlignment,
+    learn_alignment,
+)
 from paramsym.connectivity.matching import (
     PermutationSpec,
     WeightMatchingConfig,
@@ -73,6 +78,8 @@ __all__ = [
     "ComponentAlignment",
     "CurveGeometry",
     "InterpolationResult",
+    "LearnedAlignConfig",
+    "LearnedAlignment",
     "MinimumComponents",
     "OutputChange",
     "Path",
@@ -92,6 +99,7 @@ __all__ = [
     "curve_geometry",
     "group_log",
     "layer_output_change",
+    "learn_alignment",
     "linear_interpolation",
     "linear_path",
     "losses_along",

@@ -47,7 +47,7 @@ from paramsym.connectivity.matching import _check_same_architecture
 from paramsym.core.calls import call_arguments
 from paramsym.core.model_checks import require_module
 from paramsym.core.params import Params, stateless_call
-from paramsym.errors import InvalidArgumentError
+from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
 from paramsym.symmetry.base import Slot, Symmetry
 from paramsym.symmetry.discrete import NeuronPermutation
 from paramsym.symmetry.fold import fold_norms
@@ -79,6 +79,7 @@ class AlignResult:
             an activation site.
         output_change: max |B(x) − aligned B(x)| / max |B(x)| on the example input.
         seconds: wall-clock time.
+        symmetries: the groups moved along (of ``model``), permutations first.
     """
 
     model: nn.Module
@@ -92,6 +93,7 @@ class AlignResult:
     by_weights: list[str] = field(default_factory=list)
     output_change: float = 0.0
     seconds: float = 0.0
+    symmetries: list[Symmetry] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -330,6 +332,7 @@ def align(
 
     Raises:
         ShapeError: the models differ in architecture or shapes.
+        UnsupportedModuleError: no group was found on the model (the trace cannot see it).
         InvalidArgumentError: ``groups``, ``max_sweeps`` or ``tolerance`` out of range.
     """
     start = time.perf_counter()
@@ -357,6 +360,12 @@ def align(
     from paramsym.symmetry.detect import symmetries
 
     perms, matrices = _selected(symmetries(model_b, example_input=example_input), groups)
+    if not perms and not matrices:
+        raise UnsupportedModuleError(
+            f"align: found no permutation or matrix group on {type(user_b).__name__} (the trace "
+            "analysed none of its layers, or it has none); ps.symmetries(model, example_input, "
+            "strict=True) names what it could not analyse"
+        )
     # the stream first (whole axes), then the permutations, then the maps inside heads
     streams = [s for s in matrices if all(t.offset is None for t in s.slots)]
     local = [s for s in matrices if s not in streams]
@@ -420,6 +429,7 @@ def align(
         by_weights=by_weights,
         output_change=_output_change(user_b, aligned, example_input),
         seconds=time.perf_counter() - start,
+        symmetries=[*perms, *matrices],
     )
 
 
