@@ -33,6 +33,9 @@ time is kept too:
   drift it reports and |L_after − L_before|, over |L_before|);
 * ``weight_matching`` (GPT-2 only): ``ps.weight_matching(a, b, example_input=inputs)`` of the
   model built with seeds 0 and 1; target ≤ 20 gradients.
+* ``align``, ``align_activations`` (GPT-2 only, issue 30): ``ps.align(a, b, inputs)`` of the
+  same pair, data-free and on the batch's activations (every group: folding, permutations,
+  heads, orthogonal maps); reported, no target.
 
 Peak memory: the resident-set high-water mark (``peak_memory.py``: ``VmHWM`` after clearing it)
 above the resident size just before the call (after ``gc.collect()`` and ``malloc_trim``, so
@@ -203,12 +206,15 @@ def mlp_reference(smoke: bool) -> Built:
 # name: (builder, the calls measured on it)
 MODELS: dict[str, tuple[Callable[[bool], Built], tuple[str, ...]]] = {
     "mlp_reference": (mlp_reference, ("detect", "hvp", "teleport")),
-    "gpt2_small": (gpt2_small, ("detect", "hvp", "teleport", "weight_matching")),
+    "gpt2_small": (
+        gpt2_small,
+        ("detect", "hvp", "teleport", "weight_matching", "align", "align_activations"),
+    ),
     "bert_base": (bert_base, ("detect", "hvp", "teleport")),
     "llama_0_5b": (llama_0_5b, ("detect", "hvp", "teleport")),
     "resnet50": (resnet50, ("detect", "hvp", "teleport")),
 }
-CALLS = ("detect", "hvp", "teleport", "weight_matching")
+CALLS = ("detect", "hvp", "teleport", "weight_matching", "align", "align_activations")
 
 
 # -- guards -----------------------------------------------------------------------------------
@@ -316,6 +322,10 @@ def _call(name: str, built: Built, extra: dict[str, Any]) -> Callable[[], Any]:
     if name == "weight_matching":
         other = extra["second_model"]
         return lambda: ps.weight_matching(model, other, example_input=built.inputs)
+    if name in ("align", "align_activations"):
+        other = extra["second_model"]
+        method = "activations" if name == "align_activations" else "weights"
+        return lambda: ps.align(model, other, built.inputs, method=method)
     raise ValueError(name)
 
 
@@ -346,6 +356,10 @@ def _summary(name: str, value: Any) -> dict[str, Any]:
             "shrinks": r.shrinks,
             "symmetries": len(r.symmetries),
             "approximate": len(r.approximate),
+        }
+    if name in ("align", "align_activations"):
+        return {k: getattr(value, k) for k in ("distance_before", "distance_after", "sweeps")} | {
+            "groups": value.groups
         }
     if name == "weight_matching":
         out: dict[str, Any] = {}
@@ -489,7 +503,7 @@ def run_model(name: str, args: Any) -> None:
     print(json.dumps({"head": head}), flush=True)
     calls = [c for c in MODELS[name][1] if c in args.calls]
     for call in calls:
-        if call == "weight_matching":
+        if call in ("weight_matching", "align", "align_activations"):
             extra["second_model"] = gpt2_small(args.smoke, seed=1).to(args.device, dtype).model
         row, share = _elsewhere(lambda call=call: measure_call(call, built, grad, extra, args))
         row["cpu_share_used_elsewhere"] = share

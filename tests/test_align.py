@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import paramsym as ps
-from paramsym.connectivity.align import _selected
+from paramsym.connectivity.alignment import _selected
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
 

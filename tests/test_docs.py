@@ -153,6 +153,17 @@ def check_connectivity(outputs):
     assert distance == 0.0
 
 
+def check_merging(outputs):
+    (merging,) = outputs
+    groups, before, after = merging[0].rsplit(" ", 2)
+    assert "('heads', 2)" in groups
+    assert "('orthogonal'" in groups
+    assert float(after) < float(before)
+    change, kind = merging[1].split()
+    assert float(change) < 1e-5  # float32
+    assert kind == "GPT2LMHeadModel"
+
+
 def check_discovery(outputs):
     model, data_dependent, learned = outputs
     assert model == [
@@ -176,6 +187,7 @@ CHECKS = {
     "guide/reproducing.md": check_reproducing,
     "guide/equivariance.md": check_equivariance,
     "guide/discovery.md": check_discovery,
+    "guide/merging.md": check_merging,
 }
 
 

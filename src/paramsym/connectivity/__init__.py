@@ -5,7 +5,7 @@
 * :mod:`~paramsym.connectivity.matching`: permutation alignment by weight matching, automatic
   for the models :func:`paramsym.symmetries` analyses, any model with a
   :class:`PermutationSpec`.
-* :mod:`~paramsym.connectivity.align`: alignment with every group the graph gives (unit and
+* :mod:`~paramsym.connectivity.alignment`: alignment with every group the graph gives (unit and
   head permutations, per-head and stream orthogonal maps), for transformers (issue 30);
   :mod:`~paramsym.connectivity.merging`: weighted averages of aligned models, BatchNorm reset.
 * :mod:`~paramsym.connectivity.curves`: symmetry-induced curves exp(t log g)·w (Eqs. 3.4-3.6),
@@ -16,7 +16,7 @@
   (Prop. 3.2.3).
 """
 
-from paramsym.connectivity.align import AlignResult, align
+from paramsym.connectivity.alignment import AlignResult, align
 from paramsym.connectivity.barriers import (
     RescalingPair,
     max_rescaling_barrier,

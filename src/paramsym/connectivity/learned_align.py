@@ -2,16 +2,15 @@
 (Theus et al. 2025's "learned matching", their best method; issue 30).
 
 Weight matching minimises ‖θ_A − g·θ_B‖, a proxy; what a merge needs is a low loss at the
-midpoint. :func:`learn_alignment` starts from an :class:`~paramsym.connectivity.align.AlignResult`
-and trains the elements of its orthogonal groups as parameters, through a smooth
-parameterisation of the orthogonal elements (Q = exp(S − Sᵀ) for a free square S; on RoPE's
-pairs one angle per pair), by Adam on the loss of (1 − α) θ_A + α·(Q·θ_B) on the training
-batches. The permutations stay as weight matching left them (Theus et al.: they barely move under
-learned matching). The midpoint's loss over all the batches is measured before, every
-``eval_every`` steps and at the end, and the best elements are kept: the learned alignment never
-ends with a higher midpoint loss than it started from. Every element is orthogonal, so the
-aligned model is still B as a function.
-"""
+midpoint. :func:`learn_alignment` starts from an
+:class:`~paramsym.connectivity.alignment.AlignResult` and trains the elements of its orthogonal
+groups as parameters, through a smooth parameterisation of the orthogonal elements (Q = exp(S −
+Sᵀ) for a free square S; on RoPE's pairs one angle per pair), by Adam on the loss of (1 − α) θ_A
++ α·(Q·θ_B) on the training batches. The permutations stay as weight matching left them (Theus
+et al.: they barely move under learned matching). The midpoint's loss over all the batches is
+measured before, every ``eval_every`` steps and at the end, and the best elements are kept: the
+learned alignment never ends with a higher midpoint loss than it started from. Every element is
+orthogonal, so the aligned model is still B as a function."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from paramsym.connectivity.align import AlignResult
+from paramsym.connectivity.alignment import AlignResult
 from paramsym.core.calls import call_arguments
 from paramsym.core.params import Params, stateless_call
 from paramsym.errors import InvalidArgumentError, NonFiniteError
