@@ -171,4 +171,27 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
         "eval_points": "8",
         "random_directions": "4",
     },
+    # no reduced run elsewhere: a few training steps of the smallest models
+    "transformer-merging": {
+        "steps": "30",
+        "pairs": "1",
+        "width": "32",
+        "batch_size": "8",
+        "block_size": "32",
+        "eval_blocks": "8",
+        "alphas": "5",
+        "learned_steps": "4",
+        "learned_batches": "2",
+    },
+    "transformer-merging-llama": {
+        "steps": "30",
+        "pairs": "1",
+        "width": "32",
+        "batch_size": "8",
+        "block_size": "32",
+        "eval_blocks": "8",
+        "alphas": "5",
+        "learned_steps": "4",
+        "learned_batches": "2",
+    },
 }

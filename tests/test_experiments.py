@@ -415,6 +415,8 @@ QUICK_CLAIMS_REPORTED = (
     "discovery-data-dependent",
     "discovery-curves",
     "discovery-transformer",
+    "transformer-merging",
+    "transformer-merging-llama",
 )
 
 

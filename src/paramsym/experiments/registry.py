@@ -300,6 +300,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.decoders",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
+    "paramsym.experiments.merging.transformer_merging",
     "paramsym.experiments.equivariance.identities",
     "paramsym.experiments.equivariance.sharpening",
     "paramsym.experiments.equivariance.subspace",
