@@ -260,7 +260,34 @@ def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
             and not s.data_dependent
             and all(slot.block == 1 for slot in s.slots)
         ]
+        # permutations inside a matrix group's regions (a head's own coordinates) are elements
+        # of its orthogonal group: Procrustes covers them
+        inside = [
+            (t.name, t.axis, t.offset or 0, (t.offset or 0) + s.width)
+            for s in matrices
+            for t in s.slots
+        ]
+        perms = [
+            p
+            for p in perms
+            if not all(
+                any(
+                    (t.name, t.axis) == (name, axis)
+                    and low <= (t.offset or 0)
+                    and (t.offset or 0) + p.width * t.block <= high
+                    for name, axis, low, high in inside
+                )
+                for t in p.slots
+            )
+        ]
     return perms, matrices
+
+
+def _assign(b: Params, moved: Mapping[str, Tensor]) -> None:
+    """Write ``moved`` into B's tensors in place (``b`` holds the aligned model's own
+    parameters, so no second copy of the model is kept)."""
+    for name, value in moved.items():
+        b[name].copy_(value)
 
 
 def _procrustes_step(
@@ -269,7 +296,7 @@ def _procrustes_step(
     """B ← Q·B with Q the best orthogonal element of ``s`` given everything else."""
     reference = b[s.slots[0].name]
     q = _orthogonal(_pairing(s, a, b, slots), s).to(reference.dtype).to(reference.device)
-    b.update(s.act({k: b[k] for k in s.parameter_names}, q))
+    _assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
 
 
 def _clean_slots(
@@ -370,7 +397,7 @@ def align(
     streams = [s for s in matrices if all(t.offset is None for t in s.slots)]
     local = [s for s in matrices if s not in streams]
     a: Params = {k: v.detach() for k, v in model_a.named_parameters()}
-    b: Params = {k: v.detach().clone() for k, v in model_b.named_parameters()}
+    b: Params = {k: v.detach() for k, v in model_b.named_parameters()}  # B's own, moved in place
     for name in a:
         if b.get(name) is None or a[name].shape != b[name].shape:
             raise InvalidArgumentError(f"align: parameter '{name}' differs between the models")
@@ -401,10 +428,7 @@ def align(
             model_a, model_b, a, b, perms, [*streams, *local], located, data or example_input
         )
         history.append(distance())
-    aligned = model_b
-    with torch.no_grad():
-        for name, value in b.items():
-            aligned.get_parameter(name).copy_(value)
+    aligned = model_b  # moved in place through ``b``
     kinds: dict[str, int] = {}
     for s in [*perms, *matrices]:
         kind = (
@@ -440,7 +464,7 @@ def _assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
     if np.array_equal(columns, np.arange(p.width)):
         return False
     index = torch.as_tensor(columns, device=b[p.slots[0].name].device)
-    b.update(p.act({k: b[k] for k in p.parameter_names}, index))
+    _assign(b, p.act({k: b[k] for k in p.parameter_names}, index))
     return True
 
 
@@ -460,33 +484,33 @@ def _on_activations(
     sites = {w for s in [*perms, *matrices] for t in s.slots if (w := site(model_b, t))}
     acts_a = capture(model_a, sites, data)
     by_weights: list[str] = []
-    acts_b: dict | None = None
-
-    def current() -> dict:
-        nonlocal acts_b
-        if acts_b is None:
-            with torch.no_grad():
-                for name, value in b.items():
-                    model_b.get_parameter(name).copy_(value)
-            acts_b = capture(model_b, sites, data)
-        return acts_b
-
+    # groups with blocks of one size do not move each other's neurons: one capture of B
+    # serves them all (whole key/value groups first, then the heads in them, then units)
+    stages: list[list[Symmetry]] = []
     for p in perms:
-        cost = permutation_cost(model_b, p.slots, p.width, acts_a, current())
-        if cost is None:
-            by_weights.append(p.name)
-            cost = _permutation_cost(p, located[id(p)], a, b)
-        if _assignment_step(p, cost.cpu(), b):
-            acts_b = None
-    for s in matrices:
-        m = matrix_pairing(model_b, s.slots, s.width, acts_a, current())
-        if m is None:
-            by_weights.append(s.name)
-            m = _pairing(s, a, b, s.slots)
-        reference = b[s.slots[0].name]
-        q = _orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
-        b.update(s.act({k: b[k] for k in s.parameter_names}, q))
-        acts_b = None
+        if stages and max(t.block for t in stages[-1][0].slots) == max(t.block for t in p.slots):
+            stages[-1].append(p)
+        else:
+            stages.append([p])
+    stages.append(list(matrices))
+    for stage in stages:
+        acts_b = capture(model_b, sites, data)
+        for s in stage:
+            if isinstance(s, NeuronPermutation):
+                cost = permutation_cost(model_b, s.slots, s.width, acts_a, acts_b)
+                if cost is None:
+                    by_weights.append(s.name)
+                    cost = _permutation_cost(s, located[id(s)], a, b)
+                _assignment_step(s, cost.cpu(), b)
+                continue
+            assert isinstance(s, MatrixNeuronSymmetry)
+            m = matrix_pairing(model_b, s.slots, s.width, acts_a, acts_b)
+            if m is None:
+                by_weights.append(s.name)
+                m = _pairing(s, a, b, s.slots)
+            reference = b[s.slots[0].name]
+            q = _orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
+            _assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
     return by_weights
 
 
