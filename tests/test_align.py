@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import paramsym as ps
-from paramsym.connectivity.alignment import _selected
+from paramsym.connectivity.alignment import _scalings, _selected
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
 
@@ -75,18 +75,22 @@ def _folded(kind: str) -> tuple[torch.nn.Module, tuple]:
     """The folded model A and the groups align moves along on it."""
     x = _input(kind)
     a = ps.fold_norms(_trained_like(BUILDERS[kind](0), 1), x, add_bias=True)
-    perms, matrices = _selected(ps.symmetries(a, example_input=x), "all")
-    return a, (tuple(perms), tuple(matrices))
+    found = ps.symmetries(a, example_input=x)
+    perms, matrices = _selected(found, "all")
+    return a, (tuple(perms), tuple(matrices), tuple(_scalings(found)))
 
 
 def _planted(kind: str, seed: int = 2) -> torch.nn.Module:
     """B = g·A for a random element g of every group align moves along: permutations of
-    units and heads, orthogonal per-head maps, rotations of RoPE's pairs, a stream rotation."""
-    a, (perms, matrices) = _folded(kind)
+    units and heads, orthogonal per-head maps, rotations of RoPE's pairs, a stream rotation,
+    positive scales of gated-MLP units."""
+    a, (perms, matrices, scalings) = _folded(kind)
     g = torch.Generator().manual_seed(seed)
     state = {k: v.detach().clone() for k, v in a.named_parameters()}
-    for s in (*matrices, *perms):
-        if isinstance(s, RotaryQueryKey):
+    for s in (*matrices, *perms, *scalings):
+        if isinstance(s, ps.PositiveScaling):
+            element = torch.exp(0.5 * torch.randn(s.width, generator=g, dtype=F64))
+        elif isinstance(s, RotaryQueryKey):
             element = torch.zeros(s.width, s.width, dtype=F64)
             for i, j in s.pairs:
                 angle = 6.0 * torch.rand((), generator=g, dtype=F64)
@@ -106,9 +110,9 @@ def _planted(kind: str, seed: int = 2) -> torch.nn.Module:
 
 @pytest.mark.parametrize("kind", list(BUILDERS))
 def test_a_planted_element_of_every_group_is_recovered(kind):
-    a, (_, matrices) = _folded(kind)
+    a, (_, matrices, _) = _folded(kind)
     expected = {"gpt2": {"heads", "permutation", "orthogonal"},
-                "llama": {"heads", "permutation", "orthogonal", "rotary"},
+                "llama": {"heads", "permutation", "orthogonal", "rotary", "scaling"},
                 "vit": {"heads", "permutation", "orthogonal"}}[kind]  # fmt: skip
     b = _planted(kind)
     result = ps.align(a, b, _input(kind))
@@ -186,7 +190,7 @@ def test_activation_matching_recovers_a_planted_element(kind):
     data = {"input_ids": torch.randint(0, VOCAB, (16, BLOCK), generator=g)}
     result = ps.align(a, b, _input(kind), method="activations", data=data)
     assert result.method == "activations"
-    assert not result.by_weights
+    assert all(name.startswith("rescaling") for name in result.by_weights)  # scales: by weights
     assert result.distance_after <= 1e-6 * result.distance_before
     assert result.output_change <= 1e-10
     weights = ps.align(a, b, _input(kind), groups="permutations")

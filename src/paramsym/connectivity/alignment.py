@@ -53,6 +53,7 @@ from paramsym.symmetry.discrete import NeuronPermutation
 from paramsym.symmetry.fold import fold_norms
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
+from paramsym.symmetry.scaling import PositiveScaling
 
 Groups = Literal["all", "permutations"]
 GROUPS: tuple[str, ...] = ("all", "permutations")
@@ -242,6 +243,46 @@ def _permutation_cost(
 # -- the descent ------------------------------------------------------------------------------
 
 
+def _scalings(found: Sequence[Symmetry]) -> list[PositiveScaling]:
+    """The exact per-unit rescalings with slots of power ±1 (ReLU layers, gated MLPs' up and
+    down maps), which :func:`_scaling_step` solves in closed form."""
+    return [
+        s
+        for s in found
+        if isinstance(s, PositiveScaling)
+        and s.exact
+        and s.preserves == "function"
+        and s.per_neuron
+        and all(t.power in (1.0, -1.0) and t.block == 1 for t in s.slots)
+    ]
+
+
+def _scaling_step(s: PositiveScaling, a: Mapping[str, Tensor], b: Params) -> None:
+    """B ← c·B with c > 0 per unit minimising ‖θ_A − c·θ_B‖² given everything else: with
+    u = Σ₊ (‖b‖², ⟨a, b⟩) over the slots scaled by c and d over those scaled by 1/c, the
+    stationarity condition is u_bb c⁴ − u_ab c³ + d_ab c − d_bb = 0; of its positive roots
+    the one with the lowest distance is taken (c = 1 where there is none)."""
+    terms = torch.zeros(4, s.width, dtype=torch.float64)  # u_bb, u_ab, d_bb, d_ab
+    for slot in s.slots:
+        ra = _region(a[slot.name], slot, s.width).double().cpu()
+        rb = _region(b[slot.name], slot, s.width).double().cpu()
+        row = 0 if slot.power > 0 else 2
+        terms[row] += rb.square().sum(1)
+        terms[row + 1] += (ra * rb).sum(1)
+    u_bb, u_ab, d_bb, d_ab = terms.numpy()
+    scales = np.ones(s.width)
+    for i in range(s.width):
+        roots = np.roots([u_bb[i], -u_ab[i], 0.0, d_ab[i], -d_bb[i]])
+        real = roots[(np.abs(roots.imag) <= 1e-9 * np.abs(roots).max(initial=1.0))].real
+        real = real[real > 0]
+        if real.size:
+            cost = u_bb[i] * real**2 - 2 * u_ab[i] * real + d_bb[i] / real**2 - 2 * d_ab[i] / real
+            scales[i] = real[np.argmin(cost)]
+    reference = b[s.slots[0].name]
+    c = torch.as_tensor(scales, dtype=reference.dtype, device=reference.device)
+    _assign(b, s.act({k: b[k] for k in s.parameter_names}, c))
+
+
 def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
     """(permutation groups, matrix groups) to align along."""
     perms = [
@@ -386,7 +427,9 @@ def align(
         model_a, model_b = copy.deepcopy(model_a), copy.deepcopy(model_b)
     from paramsym.symmetry.detect import symmetries
 
-    perms, matrices = _selected(symmetries(model_b, example_input=example_input), groups)
+    found = symmetries(model_b, example_input=example_input)
+    perms, matrices = _selected(found, groups)
+    scalings = _scalings(found) if groups == "all" else []
     if not perms and not matrices:
         raise UnsupportedModuleError(
             f"align: found no permutation or matrix group on {type(user_b).__name__} (the trace "
@@ -418,6 +461,8 @@ def align(
                 _procrustes_step(s, a, b, slots)
             for p in perms:
                 _assignment_step(p, _permutation_cost(p, located[id(p)], a, b), b)
+            for c in scalings:
+                _scaling_step(c, a, b)
             for s in local:
                 _procrustes_step(s, a, b, s.slots)
             history.append(distance())
@@ -427,12 +472,17 @@ def align(
         by_weights = _on_activations(
             model_a, model_b, a, b, perms, [*streams, *local], located, data or example_input
         )
+        for c in scalings:  # a unit's scale has no activation statistic to match: by weights
+            _scaling_step(c, a, b)
+            by_weights.append(c.name)
         history.append(distance())
     aligned = model_b  # moved in place through ``b``
     kinds: dict[str, int] = {}
-    for s in [*perms, *matrices]:
+    for s in [*perms, *matrices, *scalings]:
         kind = (
-            "rotary"
+            "scaling"
+            if isinstance(s, PositiveScaling)
+            else "rotary"
             if isinstance(s, RotaryQueryKey)
             else "orthogonal"
             if isinstance(s, MatrixNeuronSymmetry)
@@ -453,7 +503,7 @@ def align(
         by_weights=by_weights,
         output_change=_output_change(user_b, aligned, example_input),
         seconds=time.perf_counter() - start,
-        symmetries=[*perms, *matrices],
+        symmetries=[*perms, *matrices, *scalings],
     )
 
 
