@@ -11,6 +11,19 @@ one figure is drawn.
 
 from __future__ import annotations
 
+# a few training steps of the smallest models, for both transformer-merging experiments
+_TINY_MERGING = {
+    "steps": "30",
+    "pairs": "1",
+    "width": "32",
+    "batch_size": "8",
+    "block_size": "32",
+    "eval_blocks": "8",
+    "alphas": "5",
+    "learned_steps": "4",
+    "learned_batches": "2",
+}
+
 REDUCED_QUICK: dict[str, dict[str, str]] = {
     # tests/test_teleport_synthetic_experiments.py
     "teleport-regression": {"runs": "2", "steps": "20"},
@@ -172,26 +185,6 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
         "random_directions": "4",
     },
     # no reduced run elsewhere: a few training steps of the smallest models
-    "transformer-merging": {
-        "steps": "30",
-        "pairs": "1",
-        "width": "32",
-        "batch_size": "8",
-        "block_size": "32",
-        "eval_blocks": "8",
-        "alphas": "5",
-        "learned_steps": "4",
-        "learned_batches": "2",
-    },
-    "transformer-merging-llama": {
-        "steps": "30",
-        "pairs": "1",
-        "width": "32",
-        "batch_size": "8",
-        "block_size": "32",
-        "eval_blocks": "8",
-        "alphas": "5",
-        "learned_steps": "4",
-        "learned_batches": "2",
-    },
+    "transformer-merging": _TINY_MERGING,
+    "transformer-merging-llama": _TINY_MERGING,
 }
