@@ -147,12 +147,14 @@ def _orthogonal(m: Tensor, s: MatrixNeuronSymmetry) -> Tensor:
 def _pairing(
     s: MatrixNeuronSymmetry, a: Mapping[str, Tensor], b: Mapping[str, Tensor], slots: Sequence[Slot]
 ) -> Tensor:
-    """M = Σ R_A R_Bᵀ over ``slots`` of ``s`` (float64, ``(w, w)``)."""
+    """M = Σ R_A R_Bᵀ over ``slots`` of ``s``, ``(w, w)``: each product in the models' dtype
+    (float32 costs are ample for choosing an element; float64 models stay exact), summed in
+    float64."""
     m = torch.zeros(s.width, s.width, dtype=torch.float64)
     for slot in slots:
-        ra = _region(a[slot.name], slot, s.width).double()
-        rb = _region(b[slot.name], slot, s.width).double()
-        m += (ra @ rb.T).cpu()
+        ra = _region(a[slot.name], slot, s.width)
+        rb = _region(b[slot.name], slot, s.width)
+        m += (ra @ rb.T).double().cpu()
     return m
 
 
@@ -197,14 +199,21 @@ def _head_cost(
             "align: the heads of one permutation group carry different matrix groups; "
             "report this model (its heads are not alike)"
         )
+    crosses: dict[tuple[tuple[int, int], ...], Tensor] = {}  # one per slot, however often paired
+
+    def cross(slots: list[tuple[MatrixNeuronSymmetry, int]]) -> Tensor:
+        key = tuple((id(s), k) for s, k in slots)
+        if key not in crosses:
+            crosses[key] = _cross(a, b, [(s, s.slots[k]) for s, k in slots])
+        return crosses[key]
+
     for t in range(positions):
         own = [located.per_block[i][t] for i in range(n)]
         s0, k0 = own[0]
         for m, partner in enumerate(s0.slots):
             if partner.power == s0.slots[k0].power:
                 continue
-            x = _cross(a, b, [(s, s.slots[k]) for s, k in own])
-            y = _cross(a, b, [(s, s.slots[m]) for s, _ in own])
+            x, y = cross(own), cross([(s, m) for s, _ in own])
             cost += (x * y).sum(dim=(-1, -2)).cpu()
     return cost
 
@@ -215,9 +224,9 @@ def _cross(
     slots: Sequence[tuple[MatrixNeuronSymmetry, Slot]],
 ) -> Tensor:
     """X[i, j] = R_A(slot i) R_B(slot j)ᵀ for one slot per block, shape ``(n, n, w, w)``."""
-    ra = torch.stack([_region(a[t.name], t, s.width).double() for s, t in slots])
-    rb = torch.stack([_region(b[t.name], t, s.width).double() for s, t in slots])
-    return torch.einsum("iar,jbr->ijab", ra, rb)
+    ra = torch.stack([_region(a[t.name], t, s.width) for s, t in slots])
+    rb = torch.stack([_region(b[t.name], t, s.width) for s, t in slots])
+    return torch.einsum("iar,jbr->ijab", ra, rb).double()
 
 
 def _permutation_cost(
@@ -232,9 +241,9 @@ def _permutation_cost(
     for index, slot in enumerate(p.slots):
         if index in located.covered:
             continue
-        ra = _blocks(a[slot.name], slot, p.width).double()
-        rb = _blocks(b[slot.name], slot, p.width).double()
-        cost += (ra @ rb.T).cpu()
+        ra = _blocks(a[slot.name], slot, p.width)
+        rb = _blocks(b[slot.name], slot, p.width)
+        cost += (ra @ rb.T).double().cpu()
     if located.covered:
         cost += _head_cost(located, a, b, p.width)
     return cost
@@ -450,7 +459,7 @@ def align(
     shapes = {k: v.shape for k, v in a.items()}
 
     def distance() -> float:
-        return math.fsum(float((a[k].double() - b[k].double()).square().sum()) for k in a) ** 0.5
+        return math.fsum(float((a[k] - b[k]).square().sum(dtype=torch.float64)) for k in a) ** 0.5
 
     history = [distance()]
     by_weights: list[str] = []
@@ -509,7 +518,10 @@ def align(
 
 def _assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
     """B ← π·B with π the best assignment for ``cost`` (C[i, j]: block i of A with block j of
-    B); whether B changed."""
+    B); whether B changed. Where every row's largest entry is on the diagonal, the identity
+    is optimal (no assignment beats the sum of the row maxima) and no assignment is solved."""
+    if bool((cost.argmax(dim=1) == torch.arange(p.width)).all()):
+        return False
     _, columns = linear_sum_assignment(cost.numpy(), maximize=True)
     if np.array_equal(columns, np.arange(p.width)):
         return False

@@ -112,6 +112,8 @@ def coordinate_descent(
                 continue  # at the optimum of its unchanged cost matrix
             cost = _cost_matrix(slots_a[group], state_a, current, action.width, old)
             solved.mark(group)
+            if np.array_equal(cost.argmax(axis=1), old.numpy()):
+                continue  # each row at its maximum: no assignment does better (no LSAP needed)
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
             rows = np.arange(action.width)
             gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
