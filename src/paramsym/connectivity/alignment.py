@@ -9,6 +9,8 @@ where g runs over the product of the groups that detection finds on B (after fol
 weights into their readers, :func:`~paramsym.symmetry.fold.fold_norms`, which is what opens the
 residual stream's orthogonal group):
 
+* per-unit positive rescalings (ReLU layers, gated MLPs' up and down maps): a quartic per
+  unit;
 * unit permutations (FFN units, conv channels) and head permutations (whole heads, query heads
   within a key/value group, whole key/value groups): one linear assignment per group
   (``scipy.optimize.linear_sum_assignment``);
@@ -37,12 +39,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 
-from paramsym.connectivity.activations import capture, matrix_pairing, permutation_cost, site
+from paramsym.connectivity import align_steps as steps
+from paramsym.connectivity.activations import capture, matrix_pairing, site
+from paramsym.connectivity.activations import permutation_cost as activation_cost
 from paramsym.connectivity.matching import _check_same_architecture
 from paramsym.core.calls import call_arguments
 from paramsym.core.model_checks import require_module
@@ -110,151 +112,13 @@ class AlignResult:
         }
 
 
-# -- regions ----------------------------------------------------------------------------------
-
-
-def _region(t: Tensor, slot: Slot, length: int) -> Tensor:
-    """The slot's ``length`` entries along its axis, that axis first, the rest flattened."""
-    if slot.offset is not None:
-        t = t.narrow(slot.axis, slot.offset, length)
-    return t.movedim(slot.axis, 0).reshape(length, -1)
-
-
-def _blocks(t: Tensor, slot: Slot, width: int) -> Tensor:
-    """A permuted slot's region as ``(width, block · rest)``: one row per unit or head."""
-    if slot.offset is not None:
-        t = t.narrow(slot.axis, slot.offset, width * slot.block)
-    t = t.unflatten(slot.axis, (width, slot.block))
-    return t.movedim(slot.axis, 0).reshape(width, -1)
-
-
-# -- the orthogonal groups --------------------------------------------------------------------
-
-
-def _orthogonal(m: Tensor, s: MatrixNeuronSymmetry) -> Tensor:
-    """argmax over the orthogonal elements Q of ``s``'s group of tr(Qᵀ M)."""
-    if isinstance(s, RotaryQueryKey):
-        q = torch.zeros_like(m)
-        for i, j in s.pairs:
-            angle = torch.atan2(m[j, i] - m[i, j], m[i, i] + m[j, j])
-            c, sn = torch.cos(angle), torch.sin(angle)
-            q[i, i], q[j, j], q[i, j], q[j, i] = c, c, -sn, sn
-        return q
-    u, _, vh = torch.linalg.svd(m)
-    return u @ vh
-
-
-def _pairing(
-    s: MatrixNeuronSymmetry, a: Mapping[str, Tensor], b: Mapping[str, Tensor], slots: Sequence[Slot]
-) -> Tensor:
-    """M = Σ R_A R_Bᵀ over ``slots`` of ``s``, ``(w, w)``: each product in the models' dtype
-    (float32 costs are ample for choosing an element; float64 models stay exact), summed in
-    float64."""
-    m = torch.zeros(s.width, s.width, dtype=torch.float64)
-    for slot in slots:
-        ra = _region(a[slot.name], slot, s.width)
-        rb = _region(b[slot.name], slot, s.width)
-        m += (ra @ rb.T).double().cpu()
-    return m
-
-
-# -- the permutation groups -------------------------------------------------------------------
-
-
-@dataclass
-class _Located:
-    """The matrix groups inside each block (head) of a permutation group: per block, a list of
-    (matrix group, index of its slot that lies in the block), in one order for every block."""
-
-    per_block: list[list[tuple[MatrixNeuronSymmetry, int]]]
-    covered: set[int]  # indices of the permutation's slots whose blocks hold matrix slots
-
-
-def _locate(p: NeuronPermutation, matrices: Sequence[MatrixNeuronSymmetry]) -> _Located:
-    per_block: list[list[tuple[MatrixNeuronSymmetry, int]]] = [[] for _ in range(p.width)]
-    covered: set[int] = set()
-    for index, ps in enumerate(p.slots):
-        low = ps.offset or 0
-        for s in matrices:
-            for k, ms in enumerate(s.slots):
-                if (ms.name, ms.axis) != (ps.name, ps.axis) or ms.offset is None:
-                    continue
-                block, within = divmod(ms.offset - low, ps.block)
-                if 0 <= block < p.width and within + s.width <= ps.block:
-                    per_block[block].append((s, k))
-                    covered.add(index)
-    return _Located(per_block, covered)
-
-
-def _head_cost(
-    located: _Located, a: Mapping[str, Tensor], b: Mapping[str, Tensor], n: int
-) -> Tensor:
-    """C[i, j] = Σ over the matrix groups of block i (A) and j (B), position by position, of
-    ⟨circuit_A, circuit_B⟩ = ⟨R₊ᴬ R₊ᴮᵀ, R₋ᴬ R₋ᴮᵀ⟩ for every pair of slots of opposite power
-    (the maps inside a head leave each circuit R₊ᵀ R₋ unchanged)."""
-    cost = torch.zeros(n, n, dtype=torch.float64)
-    positions = len(located.per_block[0])
-    if any(len(block) != positions for block in located.per_block):
-        raise InvalidArgumentError(
-            "align: the heads of one permutation group carry different matrix groups; "
-            "report this model (its heads are not alike)"
-        )
-    crosses: dict[tuple[tuple[int, int], ...], Tensor] = {}  # one per slot, however often paired
-
-    def cross(slots: list[tuple[MatrixNeuronSymmetry, int]]) -> Tensor:
-        key = tuple((id(s), k) for s, k in slots)
-        if key not in crosses:
-            crosses[key] = _cross(a, b, [(s, s.slots[k]) for s, k in slots])
-        return crosses[key]
-
-    for t in range(positions):
-        own = [located.per_block[i][t] for i in range(n)]
-        s0, k0 = own[0]
-        for m, partner in enumerate(s0.slots):
-            if partner.power == s0.slots[k0].power:
-                continue
-            x, y = cross(own), cross([(s, m) for s, _ in own])
-            cost += (x * y).sum(dim=(-1, -2)).cpu()
-    return cost
-
-
-def _cross(
-    a: Mapping[str, Tensor],
-    b: Mapping[str, Tensor],
-    slots: Sequence[tuple[MatrixNeuronSymmetry, Slot]],
-) -> Tensor:
-    """X[i, j] = R_A(slot i) R_B(slot j)ᵀ for one slot per block, shape ``(n, n, w, w)``."""
-    ra = torch.stack([_region(a[t.name], t, s.width) for s, t in slots])
-    rb = torch.stack([_region(b[t.name], t, s.width) for s, t in slots])
-    return torch.einsum("iar,jbr->ijab", ra, rb).double()
-
-
-def _permutation_cost(
-    p: NeuronPermutation,
-    located: _Located,
-    a: Mapping[str, Tensor],
-    b: Mapping[str, Tensor],
-) -> Tensor:
-    """C[i, j]: how well block i of A matches block j of B (plain rows where no matrix group
-    lives in the blocks, circuits where one does)."""
-    cost = torch.zeros(p.width, p.width, dtype=torch.float64)
-    for index, slot in enumerate(p.slots):
-        if index in located.covered:
-            continue
-        ra = _blocks(a[slot.name], slot, p.width)
-        rb = _blocks(b[slot.name], slot, p.width)
-        cost += (ra @ rb.T).double().cpu()
-    if located.covered:
-        cost += _head_cost(located, a, b, p.width)
-    return cost
-
-
 # -- the descent ------------------------------------------------------------------------------
 
 
 def _scalings(found: Sequence[Symmetry]) -> list[PositiveScaling]:
     """The exact per-unit rescalings with slots of power ±1 (ReLU layers, gated MLPs' up and
-    down maps), which :func:`_scaling_step` solves in closed form."""
+    down maps), which :func:`~paramsym.connectivity.align_steps.scaling_step` solves in closed
+    form."""
     return [
         s
         for s in found
@@ -264,32 +128,6 @@ def _scalings(found: Sequence[Symmetry]) -> list[PositiveScaling]:
         and s.per_neuron
         and all(t.power in (1.0, -1.0) and t.block == 1 for t in s.slots)
     ]
-
-
-def _scaling_step(s: PositiveScaling, a: Mapping[str, Tensor], b: Params) -> None:
-    """B ← c·B with c > 0 per unit minimising ‖θ_A − c·θ_B‖² given everything else: with
-    u = Σ₊ (‖b‖², ⟨a, b⟩) over the slots scaled by c and d over those scaled by 1/c, the
-    stationarity condition is u_bb c⁴ − u_ab c³ + d_ab c − d_bb = 0; of its positive roots
-    the one with the lowest distance is taken (c = 1 where there is none)."""
-    terms = torch.zeros(4, s.width, dtype=torch.float64)  # u_bb, u_ab, d_bb, d_ab
-    for slot in s.slots:
-        ra = _region(a[slot.name], slot, s.width).double().cpu()
-        rb = _region(b[slot.name], slot, s.width).double().cpu()
-        row = 0 if slot.power > 0 else 2
-        terms[row] += rb.square().sum(1)
-        terms[row + 1] += (ra * rb).sum(1)
-    u_bb, u_ab, d_bb, d_ab = terms.numpy()
-    scales = np.ones(s.width)
-    for i in range(s.width):
-        roots = np.roots([u_bb[i], -u_ab[i], 0.0, d_ab[i], -d_bb[i]])
-        real = roots[(np.abs(roots.imag) <= 1e-9 * np.abs(roots).max(initial=1.0))].real
-        real = real[real > 0]
-        if real.size:
-            cost = u_bb[i] * real**2 - 2 * u_ab[i] * real + d_bb[i] / real**2 - 2 * d_ab[i] / real
-            scales[i] = real[np.argmin(cost)]
-    reference = b[s.slots[0].name]
-    c = torch.as_tensor(scales, dtype=reference.dtype, device=reference.device)
-    _assign(b, s.act({k: b[k] for k in s.parameter_names}, c))
 
 
 def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
@@ -331,22 +169,6 @@ def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
             )
         ]
     return perms, matrices
-
-
-def _assign(b: Params, moved: Mapping[str, Tensor]) -> None:
-    """Write ``moved`` into B's tensors in place (``b`` holds the aligned model's own
-    parameters, so no second copy of the model is kept)."""
-    for name, value in moved.items():
-        b[name].copy_(value)
-
-
-def _procrustes_step(
-    s: MatrixNeuronSymmetry, a: Mapping[str, Tensor], b: Params, slots: Sequence[Slot]
-) -> None:
-    """B ← Q·B with Q the best orthogonal element of ``s`` given everything else."""
-    reference = b[s.slots[0].name]
-    q = _orthogonal(_pairing(s, a, b, slots), s).to(reference.dtype).to(reference.device)
-    _assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
 
 
 def _clean_slots(
@@ -455,7 +277,7 @@ def align(
             raise InvalidArgumentError(f"align: parameter '{name}' differs between the models")
     # coarse blocks first: whole key/value groups before the query heads within them
     perms.sort(key=lambda p: -max(t.block for t in p.slots))
-    located = {id(p): _locate(p, matrices) for p in perms}
+    located = {id(p): steps.locate(p, matrices) for p in perms}
     shapes = {k: v.shape for k, v in a.items()}
 
     def distance() -> float:
@@ -467,13 +289,13 @@ def align(
         for sweep in range(max_sweeps):
             for s in streams:
                 slots = _clean_slots(s, [*perms, *matrices], shapes) if sweep == 0 else s.slots
-                _procrustes_step(s, a, b, slots)
+                steps.procrustes_step(s, a, b, slots)
             for p in perms:
-                _assignment_step(p, _permutation_cost(p, located[id(p)], a, b), b)
+                steps.assignment_step(p, steps.permutation_cost(p, located[id(p)], a, b), b)
             for c in scalings:
-                _scaling_step(c, a, b)
+                steps.scaling_step(c, a, b)
             for s in local:
-                _procrustes_step(s, a, b, s.slots)
+                steps.procrustes_step(s, a, b, s.slots)
             history.append(distance())
             if history[-2] ** 2 - history[-1] ** 2 <= tolerance * history[0] ** 2:
                 break
@@ -482,7 +304,7 @@ def align(
             model_a, model_b, a, b, perms, [*streams, *local], located, data or example_input
         )
         for c in scalings:  # a unit's scale has no activation statistic to match: by weights
-            _scaling_step(c, a, b)
+            steps.scaling_step(c, a, b)
             by_weights.append(c.name)
         history.append(distance())
     aligned = model_b  # moved in place through ``b``
@@ -516,20 +338,6 @@ def align(
     )
 
 
-def _assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
-    """B ← π·B with π the best assignment for ``cost`` (C[i, j]: block i of A with block j of
-    B); whether B changed. Where every row's largest entry is on the diagonal, the identity
-    is optimal (no assignment beats the sum of the row maxima) and no assignment is solved."""
-    if bool((cost.argmax(dim=1) == torch.arange(p.width)).all()):
-        return False
-    _, columns = linear_sum_assignment(cost.numpy(), maximize=True)
-    if np.array_equal(columns, np.arange(p.width)):
-        return False
-    index = torch.as_tensor(columns, device=b[p.slots[0].name].device)
-    _assign(b, p.act({k: b[k] for k in p.parameter_names}, index))
-    return True
-
-
 def _on_activations(
     model_a: nn.Module,
     model_b: nn.Module,
@@ -537,7 +345,7 @@ def _on_activations(
     b: Params,
     perms: Sequence[NeuronPermutation],
     matrices: Sequence[MatrixNeuronSymmetry],
-    located: Mapping[int, _Located],
+    located: Mapping[int, steps.Located],
     data: Any,
 ) -> list[str]:
     """Each group once from the activations at its neurons (``align(method="activations")``),
@@ -559,20 +367,20 @@ def _on_activations(
         acts_b = capture(model_b, sites, data)
         for s in stage:
             if isinstance(s, NeuronPermutation):
-                cost = permutation_cost(model_b, s.slots, s.width, acts_a, acts_b)
+                cost = activation_cost(model_b, s.slots, s.width, acts_a, acts_b)
                 if cost is None:
                     by_weights.append(s.name)
-                    cost = _permutation_cost(s, located[id(s)], a, b)
-                _assignment_step(s, cost.cpu(), b)
+                    cost = steps.permutation_cost(s, located[id(s)], a, b)
+                steps.assignment_step(s, cost.cpu(), b)
                 continue
             assert isinstance(s, MatrixNeuronSymmetry)
             m = matrix_pairing(model_b, s.slots, s.width, acts_a, acts_b)
             if m is None:
                 by_weights.append(s.name)
-                m = _pairing(s, a, b, s.slots)
+                m = steps.pairing(s, a, b, s.slots)
             reference = b[s.slots[0].name]
-            q = _orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
-            _assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
+            q = steps.orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
+            steps.assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
     return by_weights
 
 
