@@ -7,7 +7,10 @@ BIN           := $(VENV)/bin
 # the constraints file, so no dependency (e.g. a benchmark peer) can move torch.
 TORCH_VERSION := 2.13.0
 CONSTRAINTS   := $(VENV)/constraints.txt
-PIP           := $(BIN)/python -m pip install --disable-pip-version-check -c $(CONSTRAINTS)
+# --no-compile: pip's byte-compilation of every installed file (torch's thousands) was about half
+# of the set-up time; Python compiles the modules a run imports, once, on first import.
+PIP           := $(BIN)/python -m pip install --disable-pip-version-check --no-compile \
+                 -c $(CONSTRAINTS)
 # The neural-tangents benchmark peer (benchmarks/nt_peer.py) runs in its own venv: neural-tangents
 # 0.6.5 does not import with current JAX, and its pins (numpy<2, an old TensorFlow) would clash
 # with the main venv. neural-tangents itself goes in with --no-deps, as its metadata asks for
