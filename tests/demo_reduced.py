@@ -188,3 +188,30 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
     "transformer-merging": _TINY_MERGING,
     "transformer-merging-llama": _TINY_MERGING,
 }
+
+# The costliest experiments of QUICK_CLAIMS_HOLD (their quick claims all hold): the default run
+# checks `make demo` for them at the sizes below, at which every claim still holds, with margin,
+# at seed 0 (the demo test asserts it) and at seed 1; the full quick preset of each stays under
+# ``-m slow``. Same format as REDUCED_QUICK; the measured values at these sizes are in comments.
+REDUCED_HOLD: dict[str, dict[str, str]] = {
+    # FD measured at epochs 0, 1000, 2000, 3000 instead of every 100: the same runs and training,
+    # so the same claim values as the full quick preset (init FD 14.7 < 20; final f1 23.0 < f2
+    # 28.1 < f3 31.7; 0 region-bound violations; FD 14.7 -> 29.5 by epoch 1000), at ~60% of the
+    # time. Fewer runs or epochs break the claims (5 runs: seed 1 starts at FD 21.6 > 20; 1000
+    # epochs: f1 > f2 > f3).
+    "fd-univariate": {"every": "1000"},
+    # seed 0 and seed 1: every net satisfies Prop 3.4.1 (max ratio 0.39 / 0.58 < 1), every curve
+    # stays below the chord (barrier 0.145 / 0.114, curve's loss change <= 2e-20), chord barrier
+    # at the larger g 7.24, every chord point within d_max of the orbit
+    "symmetry-curves": {
+        "nets": "20",
+        "train_steps": "50",
+        "curve_train_steps": "200",
+        "orbit_iterations": "15",
+        "curves": "3",
+    },
+    # seed 0 / seed 1: Phi1 0.71 / 0.73 (d1=10) -> 0.92 / 0.89 -> 0.97 / 0.97 (d1=1000); EMA
+    # peak 0.75 / 0.76 against 0.48 / 0.51 without (claim: >= +0.1); late beta_h = 0.9 level
+    # equals the beta_h = 0 one to 0.01 (claim: within 0.1)
+    "factor-estimation": {"ensemble": "60", "singles": "5", "ema_points": "300"},
+}

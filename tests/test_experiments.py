@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import experiments_for_tests  # noqa: F401  (registers "test-counter")
-from demo_reduced import REDUCED_QUICK
+from demo_reduced import REDUCED_HOLD, REDUCED_QUICK
 from paramsym.cli import main
 from paramsym.errors import ExperimentError
 from paramsym.experiments import registry
@@ -449,11 +449,9 @@ def test_every_library_experiment_is_in_the_demo_lists():
     assert set(QUICK_RUN_IN_OWN_TESTS) <= library
 
 
-def test_reduced_demo_presets_cover_the_reported_experiments():
-    """Every REPORTED experiment that the demo test runs has a reduced quick preset, and its
-    overrides name real config fields, parse, and each changes the quick preset."""
-    assert set(REDUCED_QUICK) == set(DEMO_REDUCED)
-    for name, overrides in REDUCED_QUICK.items():
+def _check_overrides(presets: dict[str, dict[str, str]]) -> None:
+    """Each experiment's overrides name real config fields, parse, and change its quick preset."""
+    for name, overrides in presets.items():
         experiment = registry.get(name)
         fields = {f.name for f in dataclasses.fields(experiment.config_type)}
         assert overrides, name
@@ -462,6 +460,16 @@ def test_reduced_demo_presets_cover_the_reported_experiments():
         quick, reduced = experiment.presets["quick"], experiment.config("quick", overrides)
         for key in overrides:
             assert getattr(reduced, key) != getattr(quick, key), (name, key)
+
+
+def test_reduced_demo_presets_cover_the_reported_experiments():
+    """Every REPORTED experiment that the demo test runs has a reduced quick preset; the
+    reduced presets of HOLD experiments (REDUCED_HOLD) name only HOLD experiments the demo test
+    runs; all of them change real fields."""
+    assert set(REDUCED_QUICK) == set(DEMO_REDUCED)
+    assert set(REDUCED_HOLD) <= set(QUICK_CLAIMS_HOLD) - set(QUICK_RUN_IN_OWN_TESTS)
+    _check_overrides(REDUCED_QUICK)
+    _check_overrides(REDUCED_HOLD)
 
 
 def _reproduce_quick(name: str, runs_parent: Path) -> Path:
@@ -496,10 +504,13 @@ def test_make_demo_reproduces_every_library_experiment(name, tmp_path, monkeypat
     """What `make demo` does for one experiment (`paramsym reproduce --preset quick --only
     NAME`; one test per experiment so that they spread over test workers), at the full quick
     preset for the experiments in QUICK_CLAIMS_HOLD and at the reduced quick preset of
-    tests/demo_reduced.py for the others (their full quick preset: the slow test below)."""
-    if name in REDUCED_QUICK:
+    tests/demo_reduced.py for the others (their full quick preset: the slow test below). The
+    costliest HOLD experiments run at the reduced presets of REDUCED_HOLD, at which every claim
+    still holds (asserted; their full quick preset: the slow test below)."""
+    overrides = REDUCED_QUICK.get(name) or REDUCED_HOLD.get(name)
+    if overrides:
         experiment = registry.get(name)
-        reduced = experiment.config("quick", REDUCED_QUICK[name])
+        reduced = experiment.config("quick", overrides)
         presets = {**experiment.presets, "quick": reduced}
         monkeypatch.setitem(
             registry._REGISTRY, name, dataclasses.replace(experiment, presets=presets)
@@ -513,5 +524,14 @@ def test_make_demo_reproduces_every_library_experiment(name, tmp_path, monkeypat
 def test_make_demo_full_quick_preset_of_reported_experiment(name, tmp_path, monkeypatch):
     """`make demo`'s exact sizes for the experiments that the default run checks at a reduced
     quick preset: the same checks on the full quick preset."""
+    monkeypatch.chdir(tmp_path)
+    _check_demo_run(name, _reproduce_quick(name, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(REDUCED_HOLD))
+def test_make_demo_full_quick_preset_of_reduced_hold_experiment(name, tmp_path, monkeypatch):
+    """`make demo`'s exact sizes for the HOLD experiments that the default run checks at a
+    reduced quick preset: every claim holds on the full quick preset too."""
     monkeypatch.chdir(tmp_path)
     _check_demo_run(name, _reproduce_quick(name, tmp_path))
