@@ -12,7 +12,7 @@ columns by Q⁻ᵀ = Q). :func:`capture` records them with forward hooks in one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -106,6 +106,20 @@ def _distinct(slots: Iterable[Slot], model: nn.Module) -> list[tuple[Site, Slot]
     return out
 
 
+def _paired(
+    model: nn.Module,
+    slots: Iterable[Slot],
+    width: int,
+    acts_a: dict[Site, Tensor],
+    acts_b: dict[Site, Tensor],
+) -> Iterator[tuple[Slot, Tensor, Tensor]]:
+    """(slot, A's activations, B's) at each distinct site of ``slots``: ``width · block``
+    features each, ``(samples, features)``."""
+    for where, slot in _distinct(slots, model):
+        length = width * slot.block
+        yield slot, neurons(acts_a[where], slot, length), neurons(acts_b[where], slot, length)
+
+
 def permutation_cost(
     model: nn.Module,
     slots: Iterable[Slot],
@@ -114,23 +128,18 @@ def permutation_cost(
     acts_b: dict[Site, Tensor],
 ) -> Tensor | None:
     """C[i, j] for a permutation of ``width`` blocks (each slot's ``block`` neurons) from
-    activations: the
-    correlation of unit i of A with unit j of B (blocks of one), or for heads the nuclear norm
-    ‖X_A,iᵀ X_B,j‖_* (how well head j matches head i under the best orthogonal map between
-    them); ``None`` when no slot has a known site."""
+    activations: the correlation of unit i of A with unit j of B (blocks of one), or for heads
+    the nuclear norm ‖X_A,iᵀ X_B,j‖_* (how well head j matches head i under the best orthogonal
+    map between them); ``None`` when no slot has a known site."""
     cost: Tensor | None = None
-    for where, slot in _distinct(slots, model):
-        block = slot.block
-        xa = neurons(acts_a[where], slot, width * block)
-        xb = neurons(acts_b[where], slot, width * block)
-        if block == 1:
+    for slot, xa, xb in _paired(model, slots, width, acts_a, acts_b):
+        if slot.block == 1:
             xa = (xa - xa.mean(0)) / (xa.std(0) + 1e-12)
             xb = (xb - xb.mean(0)) / (xb.std(0) + 1e-12)
             term = xa.T @ xb / xa.shape[0]
         else:
-            ha, hb = xa.unflatten(1, (width, block)), xb.unflatten(1, (width, block))
-            cross = torch.einsum("nia,njb->ijab", ha, hb)
-            term = torch.linalg.svdvals(cross).sum(-1)
+            ha, hb = (x.unflatten(1, (width, slot.block)) for x in (xa, xb))
+            term = torch.linalg.svdvals(torch.einsum("nia,njb->ijab", ha, hb)).sum(-1)
         cost = term if cost is None else cost + term
     return cost
 
@@ -145,8 +154,6 @@ def matrix_pairing(
     """M = Σ X_Aᵀ X_B over the slots' activations (``(w, w)``), whose orthogonal polar factor
     maps B's activations closest to A's; ``None`` when no slot has a known site."""
     m: Tensor | None = None
-    for where, slot in _distinct(slots, model):
-        xa = neurons(acts_a[where], slot, width)
-        xb = neurons(acts_b[where], slot, width)
+    for _, xa, xb in _paired(model, slots, width, acts_a, acts_b):
         m = xa.T @ xb if m is None else m + xa.T @ xb
     return m
