@@ -165,9 +165,11 @@ class StreamTranslation(TranslationGroup):
             a linear map's weight (out, in) with feature axis 0 takes ``W + 1 uᵀ`` (u ∈ ℝ^in:
             adds ``uᵀx`` to every feature), a Hugging Face ``Conv1D`` weight (in, out) or an
             embedding table (num, d) with feature axis 1 takes ``W + u 1ᵀ``, a bias (axis 0)
-            takes ``b + t·1``.
-        sizes: for each writer, the length of its translation vector (the size of the other
-            axis, 1 for a bias).
+            takes ``b + t·1``; in general a tensor takes one translation per entry of its
+            other axes, the same along the feature axis (a convolution's weight (out, in, k…)
+            on axis 0, a class token (1, 1, d) or a position table (1, n, d) on axis 2).
+        sizes: for each writer, the length of its translation vector (the number of entries
+            off its feature axis, 1 for a bias).
         site: label used in the name.
         readers: the norm modules that read the stream.
         closed: every write into the stream is one of ``writers`` (nothing else, such as a
@@ -218,15 +220,13 @@ class StreamTranslation(TranslationGroup):
             t = params[name]
             part = v[offset : offset + size].to(dtype=t.dtype, device=t.device)
             offset += size
-            if t.ndim == 1:
-                shift = part.expand(t.shape)
-            elif t.ndim == 2 and t.shape[1 - axis] == size:
-                shift = part.unsqueeze(axis).expand(t.shape)
-            else:
+            rest = t.shape[:axis] + t.shape[axis + 1 :]
+            if t.ndim <= axis or rest.numel() != size:
                 raise ShapeError(
                     f"{self.name}: parameter '{name}' has shape {tuple(t.shape)}, expected "
                     f"{size} entries off its feature axis {axis}"
                 )
+            shift = part.reshape(rest).unsqueeze(axis).expand(t.shape)
             shifts[name] = shifts[name] + shift if name in shifts else shift
         return shifts
 
@@ -248,7 +248,7 @@ class StreamTranslation(TranslationGroup):
                     f"{self.name} acts on parameter '{name}', which is not in params"
                 )
             t = params[name].detach()
-            parts.append(-t.mean(dim=axis).reshape(-1) if t.ndim == 2 else -t.mean().reshape(1))
+            parts.append(-t.mean(dim=axis).reshape(-1))
         return torch.cat([p.to(parts[0].dtype) for p in parts])
 
     def act(self, params: Mapping[str, Tensor], g: GroupElement, x: Tensor | None = None) -> Params:

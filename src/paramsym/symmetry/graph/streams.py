@@ -7,14 +7,19 @@ may add a multiple of the all-ones direction to its output
 project's exact discovery on GPT-2).
 
 On the traced graph: the stream is everything a LayerNorm's input is computed from through
-residual adds, dropout, casts and views that keep the feature axis last; the writers are the
-linear maps (``linear``, Hugging Face ``Conv1D``'s ``addmm``) and embeddings at its edge. A
-stream is translated only when nothing but LayerNorms (and the stream itself) reads any of
-its tensors: a linear map reading it, a head on it, or the model's output would see the
-translation. A writer whose parameters are used anywhere else (a tied embedding) is left out.
+residual adds, dropout, casts and layout ops (views, ``flatten``, ``transpose``/``permute``,
+``expand``, a ``cat`` along another axis), with the feature axis followed through each; the
+writers at its edge are linear maps (``linear``, Hugging Face ``Conv1D``'s ``addmm``),
+embeddings, ungrouped convolutions writing their channels (a ViT's patch embedding) and
+parameters added or concatenated as they are (a class token, a position table). A stream is
+translated only when nothing but LayerNorms (and the stream itself) reads any of its tensors:
+a linear map reading it, a head on it, or the model's output would see the translation. A
+writer whose parameters are used anywhere else (a tied embedding) is left out.
 """
 
 from __future__ import annotations
+
+import math
 
 from torch.fx import Node
 
@@ -24,45 +29,118 @@ from paramsym.symmetry.graph.walk import op_name
 from paramsym.symmetry.translation import StreamTranslation
 
 _PASS = frozenset({"add", "sub", "dropout", "clone", "contiguous", "to", "_to_copy", "alias",
-                   "detach", "view", "reshape", "_unsafe_view"})  # fmt: skip
-_WRITERS = {"linear": (1, 2, 0), "addmm": (2, 0, 1), "embedding": (0, None, 1)}
+                   "detach"})  # fmt: skip
+_VIEWS = frozenset({"view", "reshape", "_unsafe_view"})
+_CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
+_WRITERS = {"linear": (1, 2, 0), "addmm": (2, 0, 1), "embedding": (0, None, 1),
+            **{name: (1, 2, 0) for name in _CONVOLUTIONS}}  # fmt: skip
 """op -> (weight argument, bias argument, the weight's feature axis)."""
 
 
-def _width(node: Node) -> int | None:
-    value = node.meta.get("val")
+def _shape(node: object) -> tuple[int, ...] | None:
+    value = node.meta.get("val") if isinstance(node, Node) else None
     shape = getattr(value, "shape", None)
-    return int(shape[-1]) if shape is not None and len(shape) else None
+    return tuple(int(s) for s in shape) if shape is not None else None
 
 
-def _stream(graph_nodes: list[Node]) -> tuple[set[Node], set[Node]]:
-    """(stream nodes, writer nodes): what LayerNorm inputs are computed from through ops that
-    pass a translation along the features."""
-    stream: set[Node] = set()
-    writers: set[Node] = set()
-    frontier = [
-        n.args[0]
-        for n in graph_nodes
-        if op_name(n) == "layer_norm"
-        and isinstance(n.args[0], Node)
-        and isinstance(n.args[1], (list, tuple))
-        and len(n.args[1]) == 1
-    ]
+def _sources(node: Node, axis: int) -> list[tuple[Node, int]] | None:
+    """The operands of a pass-through ``node`` that carry its feature axis ``axis`` (≥ 0, in
+    ``node``'s output), with the axis in each; ``None`` when ``node`` does not pass a
+    translation of that axis through (a view that moves or splits it, a broadcast across it,
+    a ``cat`` along it, a convolution writing something other than its channels)."""
+    name = op_name(node)
+    out = _shape(node)
+    if out is None:
+        return None
+    if name in _PASS:
+        operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
+        found = []
+        for operand in operands:
+            shape = _shape(operand)
+            if shape is None:  # a Python number: closedness decides
+                continue
+            inner = axis - (len(out) - len(shape))
+            if inner < 0 or shape[inner] != out[axis]:
+                return None  # broadcast across the features
+            found.append((operand, inner))
+        return found
+    source = node.args[0] if node.args else None
+    shape = _shape(source)
+    if shape is None and name != "cat":
+        return None
+    if name in _VIEWS:
+        # the feature axis must stay last with the same size (a view that keeps it whole)
+        if axis != len(out) - 1 or shape[-1] != out[-1]:
+            return None
+        return [(source, len(shape) - 1)]
+    if name == "flatten":
+        start = node.args[1] if len(node.args) > 1 else 0
+        end = node.args[2] if len(node.args) > 2 else -1
+        start, end = start % len(shape), end % len(shape)
+        if axis < start:
+            return [(source, axis)]
+        if axis > start:
+            return [(source, axis + end - start)]
+        return [(source, start)] if start == end else None
+    if name in ("transpose", "swapaxes"):
+        a, b = (int(d) % len(shape) for d in node.args[1:3])
+        return [(source, b if axis == a else a if axis == b else axis)]
+    if name == "permute":
+        return [(source, int(node.args[1][axis]) % len(shape))]
+    if name == "expand":
+        inner = axis - (len(out) - len(shape))
+        return [(source, inner)] if inner >= 0 and shape[inner] == out[axis] else None
+    if name == "cat":
+        dim = (node.args[1] if len(node.args) > 1 else 0) % len(out)
+        if dim == axis:
+            return None
+        return [(t, axis) for t in node.args[0] if isinstance(t, Node)]
+    return None
+
+
+def _writes(node: Node, axis: int, traced: TracedGraph) -> bool:
+    """Whether ``node`` writes into the stream on its feature axis ``axis``: a linear map or
+    embedding (features last), an ungrouped convolution (channels), or a parameter."""
+    if node.op == "placeholder":  # a parameter used here only (a tied one is left out)
+        return node.name in traced.parameters and len(node.users) == 1
+    name = op_name(node)
+    if name in _CONVOLUTIONS:
+        groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+        return axis == 1 and groups == 1
+    return name in _WRITERS and axis == len(_shape(node) or ()) - 1
+
+
+def _stream(
+    graph_nodes: list[Node], traced: TracedGraph
+) -> tuple[dict[Node, int], dict[Node, int]]:
+    """(stream nodes, writer nodes), each with its feature axis: what LayerNorm inputs are
+    computed from through ops that pass a translation along the features."""
+    stream: dict[Node, int] = {}
+    writers: dict[Node, int] = {}
+    frontier = []
+    for n in graph_nodes:
+        shape = _shape(n.args[0]) if n.args else None
+        if (
+            op_name(n) == "layer_norm"
+            and shape
+            and isinstance(n.args[1], (list, tuple))
+            and len(n.args[1]) == 1
+        ):
+            frontier.append((n.args[0], len(shape) - 1))
     while frontier:
-        node = frontier.pop()
-        if node in stream or node.op != "call_function":
+        node, axis = frontier.pop()
+        if node in stream:
             continue
-        name = op_name(node)
-        if name in _WRITERS:
-            writers.add(node)
-            stream.add(node)
-        elif name in _PASS:
-            operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
-            inputs = [a for a in operands if isinstance(a, Node)]
-            if any(_width(a) != _width(node) for a in inputs):
-                continue  # a view that moves the features, or a broadcast across them
-            stream.add(node)
-            frontier.extend(inputs)
+        if _writes(node, axis, traced):
+            writers[node] = stream[node] = axis
+            continue
+        if node.op != "call_function":
+            continue
+        sources = _sources(node, axis)
+        if sources is None:
+            continue
+        stream[node] = axis
+        frontier.extend(sources)
     return stream, writers
 
 
@@ -103,17 +181,18 @@ def _read_only_by_norms(component: set[Node]) -> bool:
 def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[Symmetry]:
     """The stream translations of the traced graph (module docstring)."""
     nodes = list(traced.graph.nodes)
-    stream, writers = _stream(nodes)
+    stream, writers = _stream(nodes, traced)
     found: list[Symmetry] = []
-    for component in sorted(_components(stream), key=lambda c: min(nodes.index(n) for n in c)):
+    order = {n: i for i, n in enumerate(nodes)}
+    for component in sorted(_components(set(stream)), key=lambda c: min(order[n] for n in c)):
         if not _read_only_by_norms(component):
             continue
         entries: list[tuple[str, int]] = []
         sizes: list[int] = []
         modules: list[str] = []
         written: set[Node] = set()
-        for writer in sorted(component & writers, key=nodes.index):
-            found_entries = _writer_entries(traced, writer, unexplained)
+        for writer in sorted(component & writers.keys(), key=order.__getitem__):
+            found_entries = _writer_entries(traced, writer, writers[writer], unexplained)
             if found_entries:
                 written.add(writer)
                 for name, axis, size in found_entries:
@@ -123,23 +202,26 @@ def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
         if entries:
             site = modules[0] if len(modules) == 1 else f"{modules[0]},…,{modules[-1]}"
             readers = _norm_modules(traced, component, nodes)
-            closed = _closed(component, written)
+            closed = _closed(component, written, writers)
             found.append(
                 StreamTranslation(entries, sizes, site=site, readers=readers, closed=closed)
             )
     return found
 
 
-def _closed(component: set[Node], written: set[Node]) -> bool:
+def _closed(component: set[Node], written: set[Node], writers: dict[Node, int]) -> bool:
     """Whether everything added into the stream comes from the writers in ``written``: no
     writer left out (tied), no tensor from outside the stream, no constant added."""
     for node in component:
-        name = op_name(node)
-        if name in _WRITERS:
+        if node in writers:
             if node not in written:
                 return False
             continue
-        operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
+        name = op_name(node)
+        if name == "cat":
+            operands = tuple(node.args[0])
+        else:
+            operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
         if any(not isinstance(a, Node) or a not in component for a in operands):
             return False
     return True
@@ -158,17 +240,21 @@ def _norm_modules(traced: TracedGraph, component: set[Node], nodes: list[Node]) 
 
 
 def _writer_entries(
-    traced: TracedGraph, writer: Node, unexplained: dict[str, str]
+    traced: TracedGraph, writer: Node, axis: int, unexplained: dict[str, str]
 ) -> list[tuple[str, int, int]]:
-    """(parameter, feature axis, translation size) of a writer's weight and bias, or nothing
-    when they are not parameters used by this op alone."""
-    weight_index, bias_index, feature_axis = _WRITERS[op_name(writer)]
-    weight = writer.args[weight_index] if len(writer.args) > weight_index else None
-    bias = (
-        writer.args[bias_index]
-        if bias_index is not None and len(writer.args) > bias_index
-        else writer.kwargs.get("bias")
-    )
+    """(parameter, feature axis, translation size) of a writer's weight and bias (or of the
+    parameter itself, written on its axis ``axis``), or nothing when they are not parameters
+    used by this op alone."""
+    if writer.op == "placeholder":
+        weight, bias, feature_axis = writer, None, axis
+    else:
+        weight_index, bias_index, feature_axis = _WRITERS[op_name(writer)]
+        weight = writer.args[weight_index] if len(writer.args) > weight_index else None
+        bias = (
+            writer.args[bias_index]
+            if bias_index is not None and len(writer.args) > bias_index
+            else writer.kwargs.get("bias")
+        )
     entries: list[tuple[str, int, int]] = []
     for node, is_bias in ((weight, False), (bias, True)):
         if node is None:
@@ -176,13 +262,13 @@ def _writer_entries(
         if not isinstance(node, Node) or node.name not in traced.parameters:
             return []
         name = traced.parameters[node.name]
-        shape = tuple(node.meta["val"].shape)
+        shape = _shape(node) or ()
         if len(node.users) != 1 or name in unexplained:
             return []  # tied or reused: the translation would reach its other use
         if is_bias:
             entries.append((name, 0, 1))
-        elif len(shape) == 2:
-            entries.append((name, feature_axis, shape[1 - feature_axis]))
+        elif len(shape) >= 2 or writer.op == "placeholder":
+            entries.append((name, feature_axis, math.prod(shape) // shape[feature_axis]))
         else:
             return []
     return entries
