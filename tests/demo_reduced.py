@@ -187,6 +187,16 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
     # no reduced run elsewhere: a few training steps of the smallest models
     "transformer-merging": _TINY_MERGING,
     "transformer-merging-llama": _TINY_MERGING,
+    "vit-merging": {
+        "steps": "30",
+        "pairs": "1",
+        "width": "32",
+        "batch_size": "16",
+        "alphas": "5",
+        "eval_samples": "64",
+        "learned_steps": "4",
+        "learned_batches": "2",
+    },
 }
 
 # The costliest experiments of QUICK_CLAIMS_HOLD (their quick claims all hold): the default run

@@ -417,6 +417,7 @@ QUICK_CLAIMS_REPORTED = (
     "discovery-transformer",
     "transformer-merging",
     "transformer-merging-llama",
+    "vit-merging",
 )
 
 

@@ -116,3 +116,13 @@ def test_learned_matching_never_ends_with_a_higher_midpoint_loss():
         ps.LearnedAlignConfig(alpha=2.0)
     with pytest.raises(ps.InvalidArgumentError, match="empty"):
         ps.learn_alignment(weights, loss_fn, [])
+
+
+def test_vit_merging_names_a_bad_dataset_and_patch():
+    from paramsym.experiments.merging.vit_merging import VitMergingConfig, run_vit_merging, vit
+    from paramsym.experiments.registry import SilentProgress
+
+    with pytest.raises(ps.InvalidArgumentError, match="dataset must be one of digits"):
+        run_vit_merging(VitMergingConfig(dataset="cifar100", steps=1), SilentProgress())
+    with pytest.raises(ps.InvalidArgumentError, match="patch 3 must divide the image side 8"):
+        vit(VitMergingConfig(patch=3), (1, 8), 10, seed=0)

@@ -301,6 +301,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
     "paramsym.experiments.merging.transformer_merging",
+    "paramsym.experiments.merging.vit_merging",
     "paramsym.experiments.equivariance.identities",
     "paramsym.experiments.equivariance.sharpening",
     "paramsym.experiments.equivariance.subspace",
