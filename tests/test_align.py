@@ -198,3 +198,35 @@ def test_activation_matching_recovers_a_planted_element(kind):
     assert set(only_perms.groups) <= {"heads", "permutation"}
     assert only_perms.distance_after > 1e-2 * only_perms.distance_before  # the maps remain
     assert weights.distance_after > 1e-2 * weights.distance_before
+
+
+def test_the_vit_stream_translation_takes_in_its_patch_convolution_class_token_and_positions():
+    """The ViT's stream is written by a 4-D convolution weight (feature axis 0), a (1, 1, d)
+    class token and a (1, n, d) position table (axis 2), beside the blocks' linear maps: a
+    random translation of all of them keeps the output to float64 precision."""
+    from torch.func import functional_call
+
+    from paramsym.symmetry.translation import StreamTranslation
+
+    model, x = _trained_like(_vit(0), 0), _input("vit")
+    (stream,) = [
+        s for s in ps.symmetries(model, example_input=x) if isinstance(s, StreamTranslation)
+    ]
+    writers = dict(stream.writers)
+    prefix = "vit.embeddings."
+    assert writers[prefix + "cls_token"] == writers[prefix + "position_embeddings"] == 2
+    assert writers[prefix + "patch_embeddings.projection.weight"] == 0
+    assert stream.closed
+    state = {k: v.detach() for k, v in model.named_parameters()}
+    with torch.no_grad():
+        reference = model(**x).logits
+    g = stream.sample(scale=1.0, generator=torch.Generator().manual_seed(0), dtype=F64)
+    with torch.no_grad():
+        moved = functional_call(model, stream.act(state, g), args=(), kwargs=x).logits
+    assert float((moved - reference).norm() / reference.norm()) < 1e-12
+    assert (
+        float(
+            stream.act(state, g)[prefix + "cls_token"].sub(state[prefix + "cls_token"]).abs().max()
+        )
+        > 0.1
+    )
