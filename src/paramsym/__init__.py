@@ -18,6 +18,7 @@ from paramsym import (
     equivariance,
     landscapes,
     nn,
+    quantization,
     symo,
 )
 from paramsym.connectivity import (
@@ -309,6 +310,7 @@ __all__ = [
     "params_of",
     "permutation_spec",
     "pgd",
+    "quantization",
     "register_block",
     "rescaling_barrier",
     "rescaling_pair",

@@ -40,15 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from paramsym.connectivity import align_steps as steps
 from paramsym.connectivity.activations import capture, matrix_pairing, site
 from paramsym.connectivity.activations import permutation_cost as activation_cost
 from paramsym.connectivity.matching import _check_same_architecture
-from paramsym.core.calls import call_arguments
 from paramsym.core.model_checks import require_module
-from paramsym.core.params import Params, stateless_call
+from paramsym.core.params import Params, output_change
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
 from paramsym.symmetry.base import Slot, Symmetry
 from paramsym.symmetry.discrete import NeuronPermutation
@@ -332,7 +331,7 @@ def align(
         groups=kinds,
         method=method,
         by_weights=by_weights,
-        output_change=_output_change(user_b, aligned, example_input),
+        output_change=output_change(user_b, aligned, example_input),
         seconds=time.perf_counter() - start,
         symmetries=[*perms, *matrices, *scalings],
     )
@@ -382,25 +381,3 @@ def _on_activations(
             q = steps.orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
             steps.assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
     return by_weights
-
-
-def _output_change(before: nn.Module, after: nn.Module, example_input: Any) -> float:
-    """max |f_after(x) − f_before(x)| / max |f_before(x)| on the example input."""
-    args, kwargs = call_arguments(before, example_input)
-    state_before = {k: v.detach() for k, v in before.named_parameters()}
-    state_after = {k: v.detach() for k, v in after.named_parameters()}
-    with torch.no_grad():
-        out_before = _first(stateless_call(before, state_before, args, kwargs))
-        out_after = _first(stateless_call(after, state_after, args, kwargs))
-    scale = float(out_before.abs().max())
-    return float((out_after - out_before).abs().max()) / max(scale, 1e-300)
-
-
-def _first(raw: Any) -> Tensor:
-    if isinstance(raw, Tensor):
-        return raw
-    if hasattr(raw, "logits"):
-        return raw.logits
-    if isinstance(raw, Mapping):
-        return next(iter(raw.values()))
-    return raw[0]

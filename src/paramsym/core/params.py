@@ -209,3 +209,29 @@ def check_finite(tensors: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]], w
                 f"{what}: parameter '{name}' has {bad} NaN or infinite entries; "
                 "paramsym needs finite parameters (check the training run that produced them)"
             )
+
+
+def first_output(raw: Any) -> Tensor:
+    """The first tensor of a model's output: the tensor itself, a ``ModelOutput``'s ``logits``
+    (else its first field), a mapping's first value, or a tuple's first element."""
+    if isinstance(raw, Tensor):
+        return raw
+    if hasattr(raw, "logits"):
+        return raw.logits
+    if isinstance(raw, Mapping):
+        return next(iter(raw.values()))
+    return raw[0]
+
+
+def output_change(before: nn.Module, after: nn.Module, example_input: Any) -> float:
+    """``max |f_after(x) − f_before(x)| / max |f_before(x)|`` on the first output tensor of two
+    models (same architecture, other weights) on ``example_input``, without gradients: how far a
+    rewrite meant to keep the function (alignment, equalization) moved it."""
+    args, kwargs = call_arguments(before, example_input)
+    with torch.no_grad():
+        out = []
+        for m in (before, after):
+            state = {k: v.detach() for k, v in m.named_parameters()}
+            out.append(first_output(stateless_call(m, state, args, kwargs)))
+    scale = float(out[0].abs().max())
+    return float((out[1] - out[0]).abs().max()) / max(scale, 1e-300)

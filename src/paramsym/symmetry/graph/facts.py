@@ -120,6 +120,9 @@ class Attach:
     law: Law
     block: int = 1
     families: frozenset[Family] = ALL_FAMILIES
+    diagonal: bool = False
+    """The op reads this region entry by entry, one feature each (a depthwise convolution's
+    weight): two classes may then both act on it, as diagonal elements commute."""
 
 
 @dataclass(frozen=True)
@@ -238,8 +241,11 @@ class Facts:
         offset: int = 0,
         block: int = 1,
         families: frozenset[Family] = ALL_FAMILIES,
+        diagonal: bool = False,
     ) -> None:
-        self.attaches.append(Attach(member, name, axis, offset, law, block, frozenset(families)))
+        self.attaches.append(
+            Attach(member, name, axis, offset, law, block, frozenset(families), diagonal)
+        )
 
     def absorb(self, member: Member, families: frozenset[Family], **kwargs: object) -> None:
         self.absorbs.append(Absorb(member, frozenset(families), **kwargs))  # type: ignore[arg-type]

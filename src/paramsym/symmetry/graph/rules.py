@@ -17,7 +17,6 @@ from typing import Any
 from paramsym.nn.activations import ActivationSpec, get_activation
 from paramsym.symmetry.graph.facts import (
     ALL_FAMILIES,
-    DIAGONAL,
     Family,
     Law,
     Member,
@@ -29,6 +28,7 @@ from paramsym.symmetry.graph.values import (
 from paramsym.symmetry.graph.walk import OpCall, Walk, blank, rule
 
 PERM = frozenset({Family.PERMUTATION})
+PER_CHANNEL = frozenset({Family.SIGN, Family.SCALING})
 LINEAR_ONLY = frozenset({Family.GL, Family.ORTHOGONAL, Family.ROTARY})
 NOT_LINEAR = ALL_FAMILIES - LINEAR_ONLY
 
@@ -293,11 +293,19 @@ def convolution(walk: Walk, call: OpCall) -> Any:
         )
     facts = walk.facts
     if groups == c_in == c_out and weight.shape[w_in] == 1 and not transposed:
-        # depthwise: y_c = w_c * x_c + b_c
-        out = facts.new_space(c_out, call.module)
-        facts.link(member, out, DIAGONAL)
+        # depthwise: y_c = w_c * x_c + b_c, a linear map channel by channel. Permutations
+        # pass it (the weight's rows and the bias permute with the channels); rescalings and
+        # sign flips end on its input (the weight's row compensates) and start afresh on its
+        # output (the row and the bias carry them), as at any linear map; GL stops.
+        out = facts.new_space(c_out, call.module, PER_CHANNEL)
+        facts.link(member, out, PERM)
         facts.block(member, LINEAR_ONLY, f"{call.where} is depthwise")
-        facts.attach(out, weight.name, axes[0], Law.INVARIANT)
+        if member is not None:
+            facts.attach(
+                member, weight.name, axes[0], Law.COVECTOR, families=PER_CHANNEL, diagonal=True
+            )
+        facts.attach(out, weight.name, axes[0], Law.INVARIANT, families=PERM)
+        facts.attach(out, weight.name, axes[0], Law.VECTOR, families=PER_CHANNEL, diagonal=True)
         if isinstance(bias, ParamValue):
             facts.attach(out, bias.name, 0, Law.VECTOR)
         return TensorValue(out_shape, {channel: out})

@@ -309,21 +309,25 @@ def valid(cls: Class, unexplained: dict[str, str], conflicted: set[int]) -> bool
 
 def conflicts(all_classes: list[Class]) -> set[int]:
     """Ids of classes that share a parameter region with another class (tied or reused
-    weights): acting on one would change the other's features."""
-    spans: dict[tuple[str, int], list[tuple[int, int, Class]]] = defaultdict(list)
+    weights): acting on one would change the other's features. Regions an op reads entry by
+    entry (``diagonal`` attaches: a depthwise weight, column of one class and row of the next)
+    may be shared, since diagonal elements commute."""
+    spans: dict[tuple[str, int], list[tuple[int, int, Class, bool]]] = defaultdict(list)
     for cls in all_classes:
         for atom, attach in cls.attaches:
             offset = attach.offset + (atom[1] - attach.member.start) * attach.block
             length = (atom[2] - atom[1]) * attach.block
-            spans[(attach.name, attach.axis)].append((offset, offset + length, cls))
+            spans[(attach.name, attach.axis)].append(
+                (offset, offset + length, cls, attach.diagonal)
+            )
     found: set[int] = set()
     for items in spans.values():
         items.sort(key=lambda t: t[0])
-        for i, (_, stop, cls) in enumerate(items):
-            for start, _, other in items[i + 1 :]:
+        for i, (_, stop, cls, diagonal) in enumerate(items):
+            for start, _, other, other_diagonal in items[i + 1 :]:
                 if start >= stop:
                     break
-                if other is not cls:
+                if other is not cls and not (diagonal and other_diagonal):
                     found.update((id(cls), id(other)))
     return found
 

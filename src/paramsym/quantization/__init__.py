@@ -1,0 +1,26 @@
+"""Quantization through parameter-space symmetry (issue 31): fake quantizers, and moves along
+the exact symmetries that make a model quantize well while keeping its function.
+
+* :mod:`~paramsym.quantization.quantizer`: :class:`Quantizer`, uniform round-to-nearest fake
+  quantization (bits, per tensor or per channel, symmetric or asymmetric, straight-through).
+* :mod:`~paramsym.quantization.equalization`: :func:`equalize`, Nagel et al.'s cross-layer
+  equalization on every exact rescaling the detector finds.
+"""
+
+from paramsym.quantization.equalization import (
+    EqualizationResult,
+    equalizable,
+    equalize,
+    neuron_ranges,
+)
+from paramsym.quantization.quantizer import GRANULARITIES, MAX_BITS, Quantizer
+
+__all__ = [
+    "GRANULARITIES",
+    "MAX_BITS",
+    "EqualizationResult",
+    "Quantizer",
+    "equalizable",
+    "equalize",
+    "neuron_ranges",
+]
