@@ -164,6 +164,15 @@ def check_merging(outputs):
     assert kind == "GPT2LMHeadModel"
 
 
+def check_quantization(outputs):
+    (page,) = outputs
+    groups, change = page[0].rsplit(" ", 1)
+    assert "rescaling[0->2]" in groups
+    assert float(change) < 1e-5  # float32
+    before, after = map(float, page[1].split())
+    assert after < 0.8 * before
+
+
 def check_discovery(outputs):
     model, data_dependent, learned = outputs
     assert model == [
@@ -188,6 +197,7 @@ CHECKS = {
     "guide/equivariance.md": check_equivariance,
     "guide/discovery.md": check_discovery,
     "guide/merging.md": check_merging,
+    "guide/quantization.md": check_quantization,
 }
 
 

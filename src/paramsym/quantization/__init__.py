@@ -3,6 +3,8 @@ the exact symmetries that make a model quantize well while keeping its function.
 
 * :mod:`~paramsym.quantization.quantizer`: :class:`Quantizer`, uniform round-to-nearest fake
   quantization (bits, per tensor or per channel, symmetric or asymmetric, straight-through).
+* :mod:`~paramsym.quantization.objectives`: objectives for :func:`paramsym.teleport`
+  (:class:`WeightError`, data-free).
 * :mod:`~paramsym.quantization.equalization`: :func:`equalize`, Nagel et al.'s cross-layer
   equalization on every exact rescaling the detector finds.
 """
@@ -13,6 +15,7 @@ from paramsym.quantization.equalization import (
     equalize,
     neuron_ranges,
 )
+from paramsym.quantization.objectives import WeightError
 from paramsym.quantization.quantizer import GRANULARITIES, MAX_BITS, Quantizer
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "MAX_BITS",
     "EqualizationResult",
     "Quantizer",
+    "WeightError",
     "equalizable",
     "equalize",
     "neuron_ranges",

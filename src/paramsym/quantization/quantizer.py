@@ -143,9 +143,13 @@ class Quantizer:
         grid = self._on_grid(t, *self._grid(t))
         return t + (grid - t).detach() if ste else grid
 
-    def error(self, t: Tensor) -> Tensor:
-        """``‖fake(t) − t‖²``, differentiable in ``t`` through the grid's range (the rounding
-        has zero derivative almost everywhere, the range does not): the data-free objective
-        of :class:`~paramsym.quantization.WeightError`."""
+    def squared_error(self, t: Tensor) -> Tensor:
+        """``(fake(t) − t)²`` entry by entry, differentiable in ``t`` through the grid's range
+        (the rounding has zero derivative almost everywhere, the range does not): what
+        :class:`~paramsym.quantization.WeightError` sums."""
         scale, zero = self._grid(t, keep_gradient=True)
-        return (self._on_grid(t, scale, zero) - t).square().sum()
+        return (self._on_grid(t, scale, zero) - t).square()
+
+    def error(self, t: Tensor) -> Tensor:
+        """``‖fake(t) − t‖²`` (differentiable as :meth:`squared_error`)."""
+        return self.squared_error(t).sum()

@@ -396,13 +396,14 @@ class _Teleport:
     ) -> None:
         self.started = time.perf_counter()
         self.model, self.batch, self.config = model, batch, config
+        self.goal = resolve_objective(config.objective, optimizer=optimizer, model=model)
         self.chosen = continuous_symmetries(
-            symmetries, model, loss_fn, batch[0], config.allow_approximate
-        )
+            symmetries, model, loss_fn, batch[0], config.allow_approximate,
+            function_only=self.goal.keeps_function,
+        )  # fmt: skip
         # actions return new tensors, so θ may share storage with the model until the end
         self.theta = {k: v.detach() for k, v in resolve_params(model, params).items()}
         check_finite(self.theta, "teleport: params")
-        self.goal = resolve_objective(config.objective, optimizer=optimizer, model=model)
         self.orbit = Orbit(self.chosen, batch[0], config.parameterization, self.theta)
         check_exactness(self.chosen, self.theta, batch[0], config.allow_approximate)
         self.goal.start(self.chosen, self.theta, batch)  # objectives with random directions

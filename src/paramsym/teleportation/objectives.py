@@ -140,6 +140,11 @@ class Objective(abc.ABC):
     name: str = "objective"
     maximize: bool = True
     gradient_only: bool = False
+    keeps_function: bool = False
+    """Whether a teleport for this objective must keep the model's function, not only its
+    loss: the objective reads the weights or activations (a quantization error), so the
+    default symmetries leave out those that keep only the loss (the logits' softmax
+    translation)."""
     """Whether the value is a function of ∇L alone (:meth:`of_gradient`): then a teleport along
     exact, linear, data-free symmetries can transport ∇L instead of recomputing it
     (``teleport(..., method="transport")``)."""

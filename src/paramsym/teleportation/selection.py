@@ -53,12 +53,18 @@ def continuous_symmetries(
     loss_fn: LossFn,
     x: Any,
     allow_approximate: bool = False,
+    *,
+    function_only: bool = False,
 ) -> list[Symmetry]:
-    """``symmetries`` checked, or the default choice (:func:`default_symmetries`)."""
+    """``symmetries`` checked, or the default choice (:func:`default_symmetries`; only the
+    symmetries of the function when ``function_only``, for an objective that reads more than
+    the loss: see :attr:`~paramsym.teleportation.Objective.keeps_function`)."""
     if symmetries is None:
         # One detector: the graph traced on the batch, for chains too (a chain of convs is
         # only seen there), as ps.symmetries(model, example_input=x) does.
         found = default_symmetries(model, loss_fn, x, allow_approximate=allow_approximate)
+        if function_only:
+            found = [s for s in found if s.preserves == "function"]
         if not found:
             raise InvalidArgumentError(
                 "teleport: ps.symmetries found no continuous symmetry teleport can use on this "
