@@ -195,3 +195,58 @@ def test_the_weight_error_names_its_bad_input():
         ps.quantization.WeightError(parameters=["0.bias"]).value(state)
     with pytest.raises(ps.InvalidArgumentError, match="no weight to quantize"):
         ps.quantization.WeightError().value({"b": torch.ones(3)})
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_smoothing_is_smoothquants_formula_and_keeps_the_function(kind):
+    """On Hugging Face decoders from small configs (float64, dict input, default settings),
+    SmoothQuant's s_j = max|X_j|^α / max|W_j|^(1−α) at α = 0.5: the readers' inputs (measured
+    here by hooks) are divided by s, and every moved channel's activation and weight ranges
+    end equal, the function kept to 1e-10."""
+    from paramsym.nn.hf import hf_example_input, hf_tiny
+
+    model, x = hf_tiny(kind).to(F64).eval(), hf_example_input(kind)
+    with torch.no_grad():  # trained-like norm gains, one channel with a large one
+        for name, p in model.named_parameters():
+            if "norm" in name or "ln_" in name:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, dtype=F64))
+                p[3] = 20.0
+    result = ps.quantization.smooth(model, x)
+    assert result.output_change <= 1e-10
+    assert len(result.groups) >= 2
+    found = {s.name: s for s in ps.symmetries(model, example_input=x)}
+    modules = dict(model.named_modules())
+    after = {k: v.detach() for k, v in result.model.named_parameters()}
+    for name in result.groups:
+        s = found[name]
+        outgoing = [t for t in s.slots if t.power < 0]
+        readers = [t.name.rpartition(".")[0] for t in outgoing]
+        assert all(type(modules[r]).__name__ in ("Linear", "Conv1D") for r in readers)
+        seen = ps.quantization.activation_ranges(model, readers, x)
+        x_before = torch.stack([seen[r] for r in readers]).amax(0)
+        seen = ps.quantization.activation_ranges(result.model, readers, x)
+        x_after = torch.stack([seen[r] for r in readers]).amax(0)
+        w_after = torch.stack([neuron_ranges(after[t.name], t, s.width) for t in outgoing]).amax(0)
+        # the readers' inputs were divided by s, and at α = 0.5 both ranges are now equal
+        assert torch.allclose(x_after, x_before / result.scales[name], rtol=1e-10), name
+        assert torch.allclose(x_after, w_after, rtol=1e-10), name
+
+
+def test_smoothing_names_its_bad_input():
+    with pytest.raises(ps.InvalidArgumentError, match=r"alpha must be in \[0, 1\]"):
+        ps.quantization.smooth(_two_layer(), torch.randn(2, 5, dtype=F64), alpha=1.5)
+    convolutions = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 3)).to(F64)
+    with pytest.raises(ps.UnsupportedModuleError, match="no exact rescaling whose readers"):
+        ps.quantization.smooth(convolutions, torch.randn(2, 1, 8, 8, dtype=F64))
+
+
+def test_smoothing_reads_a_flattened_channel_as_its_block_of_features():
+    """The classifier of the conv chain reads each of the last convolution's 4 channels as 36
+    flattened features: only that group has a linear reader, and its channel range is the
+    largest of the 36."""
+    model, x = _conv_chain(), torch.randn(3, 2, 6, 6, dtype=F64)
+    result = ps.quantization.smooth(model, x)
+    assert result.groups == ["rescaling[4->7]"]
+    assert result.output_change <= 1e-12
+    (features,) = ps.quantization.activation_ranges(model, ["7"], x).values()
+    assert torch.equal(result.activation_ranges["rescaling[4->7]"], features.reshape(4, 36).amax(1))

@@ -7,6 +7,8 @@ the exact symmetries that make a model quantize well while keeping its function.
   (:class:`WeightError`, data-free).
 * :mod:`~paramsym.quantization.equalization`: :func:`equalize`, Nagel et al.'s cross-layer
   equalization on every exact rescaling the detector finds.
+* :mod:`~paramsym.quantization.smoothing`: :func:`smooth`, SmoothQuant's migration of
+  activation outliers into the weights, on the same rescalings.
 """
 
 from paramsym.quantization.equalization import (
@@ -17,14 +19,18 @@ from paramsym.quantization.equalization import (
 )
 from paramsym.quantization.objectives import WeightError
 from paramsym.quantization.quantizer import GRANULARITIES, MAX_BITS, Quantizer
+from paramsym.quantization.smoothing import SmoothingResult, activation_ranges, smooth
 
 __all__ = [
     "GRANULARITIES",
     "MAX_BITS",
     "EqualizationResult",
     "Quantizer",
+    "SmoothingResult",
     "WeightError",
+    "activation_ranges",
     "equalizable",
     "equalize",
     "neuron_ranges",
+    "smooth",
 ]

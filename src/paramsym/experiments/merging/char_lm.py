@@ -363,6 +363,7 @@ def train_char_lm(
     eval_every: int = 100,
     eval_blocks: int = 64,
     train_split: Split = "train",
+    final_losses: bool = True,
     progress: Progress | None = None,
 ) -> tuple[nn.Module, CharLMRecord]:
     """Train a causal language model on a character corpus with AdamW (in place).
@@ -390,6 +391,9 @@ def train_char_lm(
         steps, batch_size, block_size, lr, seed: the run.
         eval_every, eval_blocks: the curves are recorded every ``eval_every`` steps, validation
             on ``eval_blocks`` evenly spaced blocks (the final losses use every block).
+        final_losses: score the whole validation and test splits at the end (the record's
+            ``final_val_loss`` and ``test_loss``; NaN when ``False``, for a caller that
+            scores the model its own way).
         progress: a :class:`~paramsym.experiments.registry.Progress` (a bar over the steps).
 
     Returns:
@@ -456,13 +460,13 @@ def train_char_lm(
                     evaluate_char_lm(model, validation, block_size, max_blocks=eval_blocks)
                 )
         model.eval()
-        final_val = evaluate_char_lm(model, validation, block_size)
-        test = evaluate_char_lm(model, corpus.split("test"), block_size)
+        final_val = test = math.nan
+        if final_losses:
+            final_val = evaluate_char_lm(model, validation, block_size)
+            test = evaluate_char_lm(model, corpus.split("test"), block_size)
     seconds = time.perf_counter() - start_time
-    progress.log(
-        f"{where}: {steps} steps in {seconds:.1f} s, validation loss {final_val:.3f}, "
-        f"test loss {test:.3f} nats/char"
-    )
+    scored = f", validation loss {final_val:.3f}, test loss {test:.3f} nats/char"
+    progress.log(f"{where}: {steps} steps in {seconds:.1f} s" + (scored if final_losses else ""))
     record = CharLMRecord(
         parameters=sum(p.numel() for p in model.parameters()),
         steps=steps,

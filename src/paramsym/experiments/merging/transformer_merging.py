@@ -124,7 +124,7 @@ def run_transformer_merging(config: TransformerMergingConfig, progress: Progress
         def fit(model: nn.Module, seed: int) -> None:
             train_char_lm(
                 model, corpus, config.steps, config.batch_size, config.block_size, config.lr,
-                seed, eval_every=max(config.steps, 1),
+                seed, eval_every=max(config.steps, 1), final_losses=False,
             )  # fmt: skip
 
         task = PairTask(
