@@ -162,7 +162,8 @@ def test_ray_backend_matches_local(tmp_path):
     experiment = registry.get("symmetry-catalogue")
     config = experiment.config("quick", {"width": "3", "batch": "4"})
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # one worker: the two seeds run in turn (each worker imports torch, a few seconds)
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     except Exception as error:  # pragma: no cover - depends on the machine
         pytest.skip(f"Ray cannot start a local instance on this machine: {error}")
     try:
