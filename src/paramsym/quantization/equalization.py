@@ -82,22 +82,26 @@ def equalizable(symmetries: Sequence[Symmetry]) -> list[PositiveScaling]:
     ]
 
 
+def side_range(s: PositiveScaling, state: dict[str, Tensor], incoming: bool) -> Tensor | None:
+    """The largest :func:`neuron_ranges` over the weights (tensors of two or more axes) on one
+    side of group ``s`` (``incoming``: the slots multiplied by c; else those by c^(−α)), shape
+    ``(width,)``; ``None`` when that side has no weight (biases follow the weights)."""
+    ranges = [
+        neuron_ranges(state[slot.name], slot, s.width)
+        for slot in s.slots
+        if (slot.power > 0) == incoming and state[slot.name].ndim >= 2
+    ]
+    return torch.stack(ranges).amax(dim=0) if ranges else None
+
+
 def _sides(s: PositiveScaling, state: dict[str, Tensor]) -> tuple[Tensor, Tensor, float] | None:
     """(r_in, r_out, power difference) of group ``s``; ``None`` when a side has no weight."""
-    ranges: dict[bool, list[Tensor]] = {True: [], False: []}
-    powers: dict[bool, float] = {}
-    for slot in s.slots:
-        t = state[slot.name]
-        if t.ndim < 2:
-            continue  # biases follow the weights; the ranges are the weights'
-        incoming = slot.power > 0
-        ranges[incoming].append(neuron_ranges(t, slot, s.width))
-        powers[incoming] = slot.power
-    if not ranges[True] or not ranges[False]:
+    r_in, r_out = side_range(s, state, True), side_range(s, state, False)
+    if r_in is None or r_out is None:
         return None
-    r_in = torch.stack(ranges[True]).amax(dim=0)
-    r_out = torch.stack(ranges[False]).amax(dim=0)
-    return r_in, r_out, powers[True] - powers[False]
+    incoming = next(t.power for t in s.slots if t.power > 0)
+    outgoing = next(t.power for t in s.slots if t.power < 0)
+    return r_in, r_out, incoming - outgoing
 
 
 def equalize(

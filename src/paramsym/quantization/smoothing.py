@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from paramsym.core.calls import call_arguments
 from paramsym.core.params import output_change
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
-from paramsym.quantization.equalization import equalizable, neuron_ranges
+from paramsym.quantization.equalization import equalizable, neuron_ranges, side_range
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.scaling import PositiveScaling
 
@@ -162,8 +162,8 @@ def smooth(
             [neuron_ranges(ranges[t.name.rpartition(".")[0]], replace(t, axis=0), s.width)
              for t in outgoing]
         ).amax(dim=0)  # fmt: skip
-        w_range = torch.stack([neuron_ranges(state[t.name], t, s.width) for t in outgoing])
-        w_range = w_range.amax(dim=0)
+        w_range = side_range(s, state, incoming=False)
+        assert w_range is not None  # every outgoing slot is a reader's weight
         usable = (x_range > 0) & (w_range > 0)
         scale = torch.where(
             usable, x_range.pow(alpha) / torch.where(usable, w_range, 1.0).pow(1 - alpha), 1.0

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -68,6 +68,7 @@ __all__ = [
     "CharLMRecord",
     "char_gpt2",
     "char_llama",
+    "decay_groups",
     "evaluate_char_lm",
     "learning_rate",
     "train_char_lm",
@@ -247,6 +248,15 @@ class CharLMRecord:
     seconds: float
 
 
+def decay_groups(parameters: Sequence[Tensor], weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups with ``weight_decay`` on the matrices (tensors of two or more
+    axes) and none on the vectors (biases, norm gains), as GPT-2 and LLaMA train."""
+    return [
+        {"params": [p for p in parameters if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in parameters if p.ndim < 2], "weight_decay": 0.0},
+    ]
+
+
 def learning_rate(
     step: int, steps: int, lr: float, schedule: str, warmup_steps: int, min_lr_ratio: float
 ) -> float:
@@ -423,11 +433,7 @@ def train_char_lm(
     device = next(model.parameters()).device
 
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=betas)
+    optimizer = torch.optim.AdamW(decay_groups(params, weight_decay), lr=lr, betas=betas)
     generator = torch.Generator().manual_seed(seed)
     validation = corpus.split("validation")
 

@@ -26,7 +26,7 @@ from torch.nn import functional
 import paramsym as ps
 import paramsym.data
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.merging.char_lm import learning_rate
+from paramsym.experiments.merging.char_lm import decay_groups, learning_rate
 from paramsym.experiments.merging.pairs import (
     FUNCTION,
     LEARNED,
@@ -138,12 +138,8 @@ def classification_loss(output: Any, targets: Tensor) -> Tensor:
 def train_vit(model: nn.Module, data: tuple[Tensor, Tensor], config: VitMergingConfig, seed: int):
     """AdamW (weight decay on matrices only) on shuffled batches drawn from ``seed``."""
     x, y = data
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay},
-         {"params": rest, "weight_decay": 0.0}], lr=config.lr,
-    )  # fmt: skip
+    groups = decay_groups(list(model.parameters()), config.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(x.shape[0], generator=generator)
     position = 0
