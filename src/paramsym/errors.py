@@ -42,6 +42,10 @@ class MissingDataError(ParamsymError, FileNotFoundError):
     names and the directories searched."""
 
 
+class MissingCalibrationError(ParamsymError, ValueError):
+    """An objective that reads activations was given no calibration batch to read them on."""
+
+
 class DataFormatError(ParamsymError, ValueError):
     """A data file exists but is not in the expected format (or is unsafe to load)."""
 

@@ -14,6 +14,18 @@ symmetries should lower so that the model quantizes well, the function being kep
     quantized model's output error. Differentiable through the quantizer's range (the rounding
     has zero derivative almost everywhere), which is what a move changes.
 
+Two more read a calibration batch (the teleport's own batch unless one is given):
+
+:class:`ActivationOutliers`
+    How far the inputs of the linear maps are from outlier-free, averaged over the readers
+    (:mod:`~paramsym.quantization.simulate`): ``"max_rms"``, max|x| / RMS(x) of each reader's
+    input (the range a per-tensor grid spends against the typical size; 1 for a flat tensor,
+    √n for a single spike), or ``"kurtosis"``, E[(x − μ)⁴] / σ⁴ over the input's entries (3 for
+    a Gaussian; heavy tails raise it, which is what SpinQuant and Bondarenko et al. measure).
+:class:`QuantizedLoss`
+    The model's loss with its readers' weights and inputs fake-quantized, the rounding passed
+    by the straight-through estimator (SpinQuant's training objective).
+
 Every objective is minimised (``maximize = False``) and keeps the function
 (``keeps_function = True``): ``ps.teleport(model, loss_fn, batch, objective=WeightError(bits=4))``
 descends it along the exact symmetries of the function (by default; a symmetry of the loss
@@ -24,12 +36,16 @@ computes), and the teleport's guard checks the loss is kept.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from paramsym.errors import InvalidArgumentError
+from paramsym.core.calls import call_arguments
+from paramsym.core.params import stateless_call
+from paramsym.errors import InvalidArgumentError, MissingCalibrationError
 from paramsym.quantization.quantizer import Quantizer
+from paramsym.quantization.simulate import quantized_call, reader_inputs, readers
 from paramsym.teleportation.objectives import Objective, TeleportContext
 
 
@@ -101,3 +117,113 @@ class WeightError(Objective):
 
     def __call__(self, context: TeleportContext) -> Tensor:
         return self.value(context.params)
+
+
+OUTLIER_MEASURES = ("max_rms", "kurtosis")
+"""What :class:`ActivationOutliers` measures of each reader's input."""
+
+
+def outlier_measure(x: Tensor, measure: str) -> Tensor:
+    """``"max_rms"``: max|x| / RMS(x); ``"kurtosis"``: E[(x − μ)⁴] / σ⁴, over all entries."""
+    if measure == "max_rms":
+        return x.abs().max() / x.square().mean().sqrt().clamp_min(1e-300)
+    centred = x - x.mean()
+    variance = centred.square().mean().clamp_min(1e-300)
+    return centred.pow(4).mean() / variance.square()
+
+
+class ActivationOutliers(Objective):
+    """The mean over the readers of an outlier measure of their inputs on a calibration batch
+    (module docstring), minimised.
+
+    Args:
+        measure: ``"max_rms"`` or ``"kurtosis"`` (:data:`OUTLIER_MEASURES`).
+        calibration: the inputs to measure on (a batch the model accepts); default: the
+            teleport batch's inputs.
+        skip: reader modules left out (e.g. ``["lm_head"]``).
+    """
+
+    maximize = False
+    keeps_function = True
+
+    def __init__(
+        self, measure: str = "max_rms", calibration: Any = None, *, skip: Sequence[str] = ()
+    ) -> None:
+        if measure not in OUTLIER_MEASURES:
+            raise InvalidArgumentError(
+                f"ActivationOutliers: measure must be one of {OUTLIER_MEASURES}, got {measure!r}"
+            )
+        self.measure, self.calibration, self.skip = measure, calibration, tuple(skip)
+        self.name = f"activation_outliers({measure})"
+
+    def value(self, model: nn.Module, params: dict[str, Tensor], calibration: Any = None) -> Tensor:
+        """The measure at ``params`` on ``calibration`` (default: the one given at
+        construction), differentiable in ``params``."""
+        inputs = self.calibration if calibration is None else calibration
+        if inputs is None:
+            raise MissingCalibrationError(
+                f"{self.name}: no calibration batch; give ActivationOutliers(calibration=x) or "
+                "call it from ps.teleport, whose batch's inputs it then reads"
+            )
+        modules = readers(model, self.skip)
+        if not modules:
+            raise InvalidArgumentError(
+                f"{self.name}: {type(model).__name__} has no linear map or convolution to read"
+            )
+        args, kwargs = call_arguments(model, inputs, self.name)
+        with reader_inputs(modules, {}) as seen:
+            stateless_call(model, params, args, kwargs)
+        if not seen:
+            raise InvalidArgumentError(
+                f"{self.name}: no reader of {type(model).__name__} was called on the batch"
+            )
+        values = [outlier_measure(x, self.measure) for x in seen.values()]
+        return torch.stack(values).mean()
+
+    def __call__(self, context: TeleportContext) -> Tensor:
+        fallback = context.batch[0] if context.batch is not None else None
+        return self.value(context.model, context.params, self.calibration or fallback)
+
+
+class QuantizedLoss(Objective):
+    """The teleport batch's loss of the fake-quantized model (straight-through), minimised.
+
+    Args:
+        weights, activations: the :class:`Quantizer` of the readers' weights and inputs (at
+            least one).
+        skip: readers kept in floating point.
+    """
+
+    maximize = False
+    keeps_function = True
+
+    def __init__(
+        self,
+        weights: Quantizer | None = None,
+        activations: Quantizer | None = None,
+        *,
+        skip: Sequence[str] = (),
+    ) -> None:
+        if weights is None and activations is None:
+            raise InvalidArgumentError(
+                "QuantizedLoss: give a weight or an activation Quantizer (nothing is quantized)"
+            )
+        self.weights, self.activations, self.skip = weights, activations, tuple(skip)
+        parts = [
+            f"W{weights.bits}" if weights else "",
+            f"A{activations.bits}" if activations else "",
+        ]
+        self.name = f"quantized_loss({''.join(parts)})"
+
+    def __call__(self, context: TeleportContext) -> Tensor:
+        inputs, targets = context.batch
+        output = quantized_call(
+            context.model,
+            context.params,
+            inputs,
+            weights=self.weights,
+            activations=self.activations,
+            ste=True,
+            skip=self.skip,
+        )
+        return context.loss_fn(output, targets)
