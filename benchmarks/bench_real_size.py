@@ -31,6 +31,14 @@ time is kept too:
   from the same point and the other calls see the same model: writing the result back is an
   O(P) copy); targets ≤ 3 gradients and a relative loss change ≤ 1e-6 (the largest of the
   drift it reports and |L_after − L_before|, over |L_before|);
+* ``teleport_quantization`` (GPT-2 only, issue 31): ``ps.teleport(model, loss_fn, batch,
+  objective=WeightError(bits=4), steps=10, update_model=False)``, the quantization teleport as
+  a user writes it (``paramsym.quantization.WeightError``: the data-free per-channel relative
+  error of 4-bit per-tensor round-to-nearest weights, minimised along the exact symmetries;
+  the same settings as ``teleport`` otherwise); reported with the objective before and after
+  and the relative change of the loss (as ``teleport``) and of the logits
+  (‖f(θ') − f(θ)‖ / ‖f(θ)‖ on the batch, the function kept); ``teleport``'s loss-change
+  target (≤ 1e-6) and the memory target, no target in gradients;
 * ``weight_matching`` (GPT-2 only): ``ps.weight_matching(a, b, example_input=inputs)`` of the
   model built with seeds 0 and 1; target ≤ 20 gradients.
 * ``align``, ``align_activations`` (GPT-2 only, issue 30): ``ps.align(a, b, inputs)`` of the
@@ -88,6 +96,8 @@ import paramsym as ps
 import peak_memory
 from bench_detect import _elsewhere, llama_0_5b_config
 from paramsym.core.calls import call_arguments
+from paramsym.core.params import stateless_call
+from paramsym.quantization import WeightError
 from timing import machine, round_robin
 
 BATCH, SEQUENCE, IMAGE = 2, 32, 224
@@ -208,13 +218,30 @@ MODELS: dict[str, tuple[Callable[[bool], Built], tuple[str, ...]]] = {
     "mlp_reference": (mlp_reference, ("detect", "hvp", "teleport")),
     "gpt2_small": (
         gpt2_small,
-        ("detect", "hvp", "teleport", "weight_matching", "align", "align_activations"),
+        (
+            "detect",
+            "hvp",
+            "teleport",
+            "teleport_quantization",
+            "weight_matching",
+            "align",
+            "align_activations",
+        ),
     ),
     "bert_base": (bert_base, ("detect", "hvp", "teleport")),
     "llama_0_5b": (llama_0_5b, ("detect", "hvp", "teleport")),
     "resnet50": (resnet50, ("detect", "hvp", "teleport")),
 }
-CALLS = ("detect", "hvp", "teleport", "weight_matching", "align", "align_activations")
+CALLS = (
+    "detect",
+    "hvp",
+    "teleport",
+    "teleport_quantization",
+    "weight_matching",
+    "align",
+    "align_activations",
+)
+QUANTIZATION_BITS = 4
 
 
 # -- guards -----------------------------------------------------------------------------------
@@ -319,6 +346,11 @@ def _call(name: str, built: Built, extra: dict[str, Any]) -> Callable[[], Any]:
         return lambda: ps.hvp(model, loss_fn, batch, v)
     if name == "teleport":
         return lambda: ps.teleport(model, loss_fn, batch, steps=10, update_model=False)
+    if name == "teleport_quantization":
+        objective = WeightError(bits=QUANTIZATION_BITS)
+        return lambda: ps.teleport(
+            model, loss_fn, batch, objective=objective, steps=10, update_model=False
+        )
     if name == "weight_matching":
         other = extra["second_model"]
         return lambda: ps.weight_matching(model, other, example_input=built.inputs)
@@ -329,15 +361,28 @@ def _call(name: str, built: Built, extra: dict[str, Any]) -> Callable[[], Any]:
     raise ValueError(name)
 
 
-def _summary(name: str, value: Any) -> dict[str, Any]:
-    """What the call returned, in a few numbers."""
+def _output_change(built: Built, params: dict[str, torch.Tensor]) -> float:
+    """‖f(params) − f(θ)‖ / ‖f(θ)‖ of the model's logits on the batch (θ: its own)."""
+    args, kwargs = call_arguments(built.model, built.inputs, strict=False)
+    with torch.no_grad():
+        before, after = (
+            built.model(*args, **kwargs),
+            stateless_call(built.model, params, args, kwargs),
+        )
+    before, after = (getattr(o, "logits", o) for o in (before, after))
+    return float((after - before).norm() / before.norm().clamp_min(1e-30))
+
+
+def _summary(name: str, value: Any, built: Built | None = None) -> dict[str, Any]:
+    """What the call returned, in a few numbers (the function's change on ``built``'s batch
+    for the quantization teleport)."""
     if name == "detect":
         return {
             "symmetries": len(value),
             "continuous_dimension": sum(s.dim for s in value),
             "kinds": sorted({s.name.split("[", 1)[0] for s in value}),
         }
-    if name == "teleport":
+    if name in ("teleport", "teleport_quantization"):
         r = value
         scale = max(abs(r.loss_before), 1e-12)
         change = max(abs(r.loss_after - r.loss_before), r.max_loss_drift) / scale
@@ -356,7 +401,21 @@ def _summary(name: str, value: Any) -> dict[str, Any]:
             "shrinks": r.shrinks,
             "symmetries": len(r.symmetries),
             "approximate": len(r.approximate),
-        }
+        } | (
+            {
+                "objective": r.objective,
+                "objective_before": r.objective_before,
+                "objective_after": r.objective_after,
+                "objective_ratio": r.objective_after / r.objective_before
+                if r.objective_before
+                else math.nan,
+                "relative_output_change": _output_change(built, r.params)
+                if built is not None
+                else math.nan,
+            }
+            if name == "teleport_quantization"
+            else {}
+        )
     if name in ("align", "align_activations"):
         return {k: getattr(value, k) for k in ("distance_before", "distance_after", "sweeps")} | {
             "groups": value.groups
@@ -382,7 +441,9 @@ def measure_call(
         with warnings.catch_warnings(record=True) as caught, _cap(args.cap):
             warnings.simplefilter("always")
             first, value, peak_first = _measure_peak(fn, args.device)
-        out.update(first_call_seconds=first, peak_first_mib=peak_first, **_summary(name, value))
+        out.update(
+            first_call_seconds=first, peak_first_mib=peak_first, **_summary(name, value, built)
+        )
         del value
     except _CutOff:
         out["failed"] = f"first call did not finish in {args.cap:g} s (cut off)"
@@ -449,7 +510,7 @@ def judge(model: str, row: dict[str, Any]) -> dict[str, bool | None]:
             limit = TARGETS[f"{name}_in_gradients_at_most"]
             checks["first_in_gradients"] = first <= limit
             checks["in_gradients"] = warm <= limit if warm is not None else None
-    if name == "teleport":
+    if name in ("teleport", "teleport_quantization"):
         limit = TARGETS["teleport_relative_loss_change_at_most"]
         checks["relative_loss_change"] = row["relative_loss_change"] <= limit
     limit = TARGETS["peak_multiple_of_parameter_bytes_at_most"]
@@ -575,27 +636,27 @@ def _verdict(checks: dict[str, Any]) -> str:
 
 def table(results: dict[str, Any]) -> str:
     header = (
-        f"{'model':<14} {'call':<16} {'grad s':>7} {'first s':>8} {'warm s':>8} "
+        f"{'model':<14} {'call':<21} {'grad s':>7} {'first s':>8} {'warm s':>8} "
         f"{'first ×g':>8} {'warm ×g':>8} {'peak ×P':>8} {'busy':>5}  verdict"
     )
     lines = [header, "-" * len(header)]
     for model, entry in results["models"].items():
         if "gradient_seconds" not in entry:
             failure = entry.get("gradient_failed") or entry.get("subprocess_failed")
-            lines.append(f"{model:<14} {'gradient':<16} failed: {failure}")
+            lines.append(f"{model:<14} {'gradient':<21} failed: {failure}")
             continue
         lines.append(
-            f"{model:<14} {'gradient':<16} {entry['gradient_seconds']:>7.3f} "
+            f"{model:<14} {'gradient':<21} {entry['gradient_seconds']:>7.3f} "
             f"{entry['gradient_first_call_seconds']:>8.3f} {entry['gradient_seconds']:>8.3f} "
             f"{'':>8} {1.0:>8.2f} {entry['gradient_peak_multiple']:>8.2f} "
             f"{_fmt(entry.get('gradient_cpu_share_used_elsewhere')):>5}"
         )
         for row in entry["rows"]:
             if "failed" in row:
-                lines.append(f"{model:<14} {row['call']:<16} failed: {row['failed']}")
+                lines.append(f"{model:<14} {row['call']:<21} failed: {row['failed']}")
                 continue
             lines.append(
-                f"{model:<14} {row['call']:<16} {row['gradient_seconds']:>7.3f} "
+                f"{model:<14} {row['call']:<21} {row['gradient_seconds']:>7.3f} "
                 f"{row['first_call_seconds']:>8.3f} {_fmt(row.get('seconds'), '.3f'):>8} "
                 f"{row['first_call_in_gradients']:>8.2f} {_fmt(row.get('in_gradients')):>8} "
                 f"{row['peak_multiple']:>8.2f} {_fmt(row.get('cpu_share_used_elsewhere')):>5}  "
@@ -603,14 +664,20 @@ def table(results: dict[str, Any]) -> str:
                 + (
                     f"  (loss change {row['relative_loss_change']:.1e}, {row['method']}, "
                     f"{row['steps']} steps, {row['stopped']}, {row['symmetries']} symmetries)"
-                    if row["call"] == "teleport"
+                    if row["call"] in ("teleport", "teleport_quantization")
+                    else ""
+                )
+                + (
+                    f"  (objective {row['objective_before']:.4g} → {row['objective_after']:.4g}, "
+                    f"output change {row['relative_output_change']:.1e})"
+                    if row["call"] == "teleport_quantization"
                     else ""
                 )
                 + (f"  [warm: {row['warm_failed']}]" if "warm_failed" in row else "")
                 + (f"  [warm: {row['warm_skipped']}]" if "warm_skipped" in row else "")
             )
         if "subprocess_failed" in entry:
-            lines.append(f"{model:<14} {'(subprocess)':<16} {entry['subprocess_failed']}")
+            lines.append(f"{model:<14} {'(subprocess)':<21} {entry['subprocess_failed']}")
     return "\n".join(lines)
 
 

@@ -197,6 +197,31 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
         "learned_steps": "4",
         "learned_batches": "2",
     },
+    # tests/test_quantize_cnn.py's tiny size: two short trainings of a smaller CNN
+    "quantize-cnn": {
+        "stem": "8",
+        "blocks": "8/1,12/2,12/1",
+        "expand": "2",
+        "head": "16",
+        "steps": "15",
+        "runs": "2",
+        "bits": "8,4,3",
+        "eval_samples": "120",
+    },
+    # tests/test_quantize_lm.py's tiny size, the Llama-style family alone
+    "quantize-lm": {
+        "families": "llama",
+        "seeds": "1",
+        "width": "32",
+        "steps": "20",
+        "batch_size": "8",
+        "block_size": "16",
+        "schemes": "W8A8,W4A4",
+        "eval_blocks": "16",
+        "learned_steps": "4",
+        "learned_batches": "2",
+        "teleport_steps": "2",
+    },
 }
 
 # The costliest experiments of QUICK_CLAIMS_HOLD (their quick claims all hold): the default run

@@ -419,6 +419,8 @@ QUICK_CLAIMS_REPORTED = (
     "transformer-merging",
     "transformer-merging-llama",
     "vit-merging",
+    "quantize-cnn",
+    "quantize-lm",
 )
 
 

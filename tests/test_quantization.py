@@ -171,9 +171,14 @@ def test_a_teleport_lowers_the_weight_error_and_keeps_the_function():
     with torch.no_grad():
         before = model(x)
     objective = ps.quantization.WeightError(bits=4)
+    start = float(objective.value({k: v.detach() for k, v in model.named_parameters()}))
     result = ps.teleport(
         model, nn.functional.cross_entropy, (x, y), objective=objective, steps=30, lr=0.1
     )
+    # the teleport sums the unmoved weights' terms once: the same value
+    assert result.objective_before == pytest.approx(start, rel=1e-12)
+    moved = float(objective.value({k: v.detach() for k, v in model.named_parameters()}))
+    assert result.objective_after == pytest.approx(moved, rel=1e-10)
     assert result.objective_after < 0.85 * result.objective_before  # measured 0.91 → 0.72
     assert result.approximate == []  # exact symmetries only
     with torch.no_grad():
@@ -183,6 +188,29 @@ def test_a_teleport_lowers_the_weight_error_and_keeps_the_function():
     equalized = equalize(_conv_chain(), x).model
     state = {k: v.detach() for k, v in equalized.named_parameters()}
     assert float(objective.value(state)) < result.objective_after
+
+
+def test_the_weight_error_sums_the_unmoved_weights_once():
+    """In a teleport the terms of weights no symmetry moves are summed at the start, without a
+    graph: the value is the same, and only the moved weights get a gradient."""
+    from paramsym.teleportation.objectives import TeleportContext
+
+    model = _two_layer()
+    state = {k: v.detach().clone().requires_grad_(True) for k, v in model.named_parameters()}
+    objective = ps.quantization.WeightError(bits=4)
+    scaling = next(s for s in ps.symmetries(model) if isinstance(s, ps.PositiveScaling))
+    objective.start([], state, None)  # nothing moves: all constant
+    context = TeleportContext(model, state, nn.functional.mse_loss, (None, None))
+    expected = float(objective.value(state).detach())
+    assert float(objective(context)) == pytest.approx(expected, rel=1e-14)
+    assert not objective(context).requires_grad
+    objective.start([scaling], state, None)
+    value = objective(context)
+    assert float(value.detach()) == pytest.approx(expected, rel=1e-14)
+    grads = torch.autograd.grad(value, list(state.values()), allow_unused=True)
+    moved = set(scaling.parameter_names)
+    for name, g in zip(state, grads, strict=True):
+        assert (g is not None) == (name in moved and state[name].ndim >= 2), name
 
 
 def test_the_weight_error_names_its_bad_input():

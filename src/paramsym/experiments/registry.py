@@ -302,6 +302,8 @@ LIBRARY_MODULES = (
     "paramsym.experiments.cnn_matching",
     "paramsym.experiments.merging.transformer_merging",
     "paramsym.experiments.merging.vit_merging",
+    "paramsym.experiments.quantize_cnn",
+    "paramsym.experiments.quantize_lm",
     "paramsym.experiments.equivariance.identities",
     "paramsym.experiments.equivariance.sharpening",
     "paramsym.experiments.equivariance.subspace",

@@ -35,7 +35,7 @@ computes), and the teleport's guard checks the loss is kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -46,6 +46,7 @@ from paramsym.core.params import stateless_call
 from paramsym.errors import InvalidArgumentError, MissingCalibrationError
 from paramsym.quantization.quantizer import Quantizer
 from paramsym.quantization.simulate import quantized_call, reader_inputs, readers
+from paramsym.symmetry.base import Symmetry
 from paramsym.teleportation.objectives import Objective, TeleportContext
 
 
@@ -95,12 +96,16 @@ class WeightError(Objective):
             )
         return list(self.parameters)
 
-    def value(self, params: dict[str, Tensor]) -> Tensor:
+    def value(self, params: Mapping[str, Tensor]) -> Tensor:
         """The objective at ``params`` (differentiable)."""
-        names = self.names(params)
+        names = self.names(dict(params))
         if not names:
             raise InvalidArgumentError(f"{self.name}: the model has no weight to quantize")
-        total = torch.zeros((), dtype=params[names[0]].dtype, device=params[names[0]].device)
+        return self._sum(params, names)
+
+    def _sum(self, params: Mapping[str, Tensor], names: Sequence[str]) -> Tensor:
+        first = params[names[0]] if names else next(iter(params.values()))
+        total = torch.zeros((), dtype=first.dtype, device=first.device)
         for k in names:
             t = params[k]
             if t.ndim < 2:
@@ -115,8 +120,25 @@ class WeightError(Objective):
                 total = total + share.mean()
         return total
 
+    def start(
+        self, symmetries: Sequence[Symmetry], params: Mapping[str, Tensor], batch: Any
+    ) -> None:
+        """At the start of a teleport: the terms of the weights no symmetry moves are constant
+        (GPT-2's token embedding: a third of its weights), so they are summed once here, without
+        a graph, and each evaluation differentiates only the moved weights' terms."""
+        names = self.names(dict(params))
+        if not names:
+            raise InvalidArgumentError(f"{self.name}: the model has no weight to quantize")
+        touched = {n for s in symmetries for n in s.parameter_names}
+        self._moved = [k for k in names if k in touched]
+        with torch.no_grad():
+            self._constant = self._sum(params, [k for k in names if k not in touched]).detach()
+
     def __call__(self, context: TeleportContext) -> Tensor:
-        return self.value(context.params)
+        moved = getattr(self, "_moved", None)
+        if moved is None:
+            return self.value(context.params)
+        return self._sum(context.params, moved) + self._constant
 
 
 OUTLIER_MEASURES = ("max_rms", "kurtosis")

@@ -98,7 +98,9 @@ def next_char_loss(output: Any, targets: Tensor) -> Tensor:
     return functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def _batches(tokens: Tensor, block: int, count: int, size: int) -> list[tuple[Any, Tensor]]:
+def evenly_spaced_batches(
+    tokens: Tensor, block: int, count: int, size: int
+) -> list[tuple[Any, Tensor]]:
     """``count`` evenly spaced blocks of ``tokens`` in batches of ``size``."""
     inputs, targets = contiguous_blocks(tokens, block)
     index = torch.linspace(0, inputs.shape[0] - 1, min(count, inputs.shape[0])).long()
@@ -131,7 +133,7 @@ def run_transformer_merging(config: TransformerMergingConfig, progress: Progress
             build=lambda seed: _model(config, len(corpus.vocabulary), seed),
             train=fit,
             loss=next_char_loss,
-            test=_batches(corpus.test, config.block_size, config.eval_blocks, 32),
+            test=evenly_spaced_batches(corpus.test, config.block_size, config.eval_blocks, 32),
             train_batches=train,
             alphas=config.alphas,
             learned=ps.LearnedAlignConfig(steps=config.learned_steps, lr=config.learned_lr),
