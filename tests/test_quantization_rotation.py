@@ -70,6 +70,16 @@ def _built(kind: str) -> tuple[nn.Module, dict]:
     return _trained_like(model), x
 
 
+def _cnn() -> tuple[nn.Module, torch.Tensor]:
+    """A CNN with a depthwise convolution (BatchNorm folded, as quantization needs it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1, groups=6),
+        nn.ReLU(), nn.Conv2d(6, 4, 1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5),
+    ).to(F64).eval()  # fmt: skip
+    return model, torch.randn(8, 2, 6, 6, dtype=F64, generator=torch.Generator().manual_seed(1))
+
+
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.named_parameters()}
 
@@ -176,16 +186,12 @@ def test_outlier_measures_are_their_formulas():
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "vit", "cnn"])
-@pytest.mark.parametrize("objective", ["outliers", "quantized_loss"])
-def test_activation_teleports_keep_the_function(kind, objective):
-    """A teleport for an activation objective moves along the exact symmetries of the function
+@pytest.mark.parametrize("objective", ["outliers", "quantized_loss", "weight_error"])
+def test_quantization_teleports_keep_the_function(kind, objective):
+    """A teleport for a quantization objective moves along the exact symmetries of the function
     only: the output is kept to 1e-10 in float64, and the objective does not rise."""
     if kind == "cnn":
-        model = nn.Sequential(
-            nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1, groups=6),
-            nn.ReLU(), nn.Conv2d(6, 4, 1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 36, 5),
-        ).to(F64).eval()  # fmt: skip
-        x = torch.randn(8, 2, 6, 6, dtype=F64, generator=torch.Generator().manual_seed(1))
+        model, x = _cnn()
         batch, loss = (x, torch.randint(0, 5, (8,))), nn.functional.cross_entropy
     else:
         model, x = _model(kind)
@@ -193,17 +199,49 @@ def test_activation_teleports_keep_the_function(kind, objective):
         target = torch.randint(0, 10, (2,)) if kind == "vit" else x["input_ids"]
         batch = (x, target)
         loss = (lambda o, t: nn.functional.cross_entropy(o.logits, t)) if kind == "vit" else _loss
-    goal = (
-        ActivationOutliers("kurtosis")
-        if objective == "outliers"
-        else QuantizedLoss(Quantizer(4), Quantizer(8))
-    )
+    goal = {
+        "outliers": ActivationOutliers("kurtosis"),
+        "quantized_loss": QuantizedLoss(Quantizer(4), Quantizer(8)),
+        "weight_error": ps.quantization.WeightError(bits=4),
+    }[objective]
     before = _output(model, x) if kind != "cnn" else model(x).detach()
     result = ps.teleport(model, loss, batch, objective=goal, steps=5, lr=0.01)
     after = _output(model, x) if kind != "cnn" else model(x).detach()
     assert float((after - before).abs().max() / before.abs().max()) <= 1e-10
     assert result.objective_after <= result.objective_before + 1e-12
     assert result.approximate == []
+
+
+NOT_APPLICABLE = {
+    ("gpt2", "equalize"): "no exact rescaling between two weight layers",  # GELU MLP
+    ("vit", "equalize"): "no exact rescaling between two weight layers",
+    ("cnn", "rotate"): "no exact rotation group",  # no norms, no attention
+}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "vit", "cnn"])
+@pytest.mark.parametrize("preset", ["equalize", "smooth", "rotate"])
+def test_every_preset_keeps_the_function_or_names_why_it_does_not_apply(kind, preset):
+    """Each published method, as a preset, on each model: the moved model computes the given
+    model's function to 1e-10 (float64; a rotation, the folded model's: Hugging Face's Llama
+    RMSNorm computes in float32), or a named error says what the model lacks."""
+    model, x = _cnn() if kind == "cnn" else _model(kind)
+    run = {
+        "equalize": lambda: ps.quantization.equalize(model, x),
+        "smooth": lambda: ps.quantization.smooth(model, x),
+        "rotate": lambda: rotate(model, x),
+    }[preset]
+    if (kind, preset) in NOT_APPLICABLE:
+        with pytest.raises(ps.UnsupportedModuleError, match=NOT_APPLICABLE[kind, preset]):
+            run()
+        return
+    result = run()
+    reference = ps.fold_norms(model, x, add_bias=True) if preset == "rotate" else model
+    before = _output(reference, x) if kind != "cnn" else reference(x).detach()
+    after = _output(result.model, x) if kind != "cnn" else result.model(x).detach()
+    assert float((after - before).abs().max() / before.abs().max()) <= 1e-10
+    moved = _state(result.model)
+    assert any(float((moved[k] - v).abs().max()) > 1e-6 for k, v in _state(reference).items())
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

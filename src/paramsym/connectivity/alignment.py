@@ -45,8 +45,7 @@ from torch import nn
 from paramsym.connectivity import align_steps as steps
 from paramsym.connectivity.activations import capture, matrix_pairing, site
 from paramsym.connectivity.activations import permutation_cost as activation_cost
-from paramsym.connectivity.matching import _check_same_architecture
-from paramsym.core.model_checks import require_module
+from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, output_change
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
 from paramsym.symmetry.base import Slot, Symmetry
@@ -248,11 +247,11 @@ def align(
         raise InvalidArgumentError(
             f"align: max_sweeps must be ≥ 1 and tolerance ≥ 0, got {max_sweeps}, {tolerance}"
         )
-    _check_same_architecture(model_a, model_b, "align")
+    check_same_architecture(model_a, model_b, "align")
     user_b = model_b
     if fold:
         model_a, model_b = (fold_norms(m, example_input, add_bias=True) for m in (model_a, model_b))
-        _check_same_architecture(model_a, model_b, "align (folded)")
+        check_same_architecture(model_a, model_b, "align (folded)")
     else:
         model_a, model_b = copy.deepcopy(model_a), copy.deepcopy(model_b)
     from paramsym.symmetry.detect import symmetries

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.connectivity.matching_descent import coordinate_descent, inner_product
-from paramsym.core.model_checks import require_module
+from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (
     InvalidArgumentError,
@@ -404,26 +404,6 @@ class WeightMatchingResult:
         }
 
 
-def architecture_signature(model: nn.Module) -> list[tuple[str, str]]:
-    """``(name, module description)`` for every submodule: type and ``extra_repr``."""
-    return [(name, f"{type(m).__name__}({m.extra_repr()})") for name, m in model.named_modules()]
-
-
-def _check_same_architecture(a: nn.Module, b: nn.Module, what: str) -> None:
-    sig_a, sig_b = architecture_signature(a), architecture_signature(b)
-    for (name_a, desc_a), (name_b, desc_b) in zip(sig_a, sig_b, strict=False):
-        if (name_a, desc_a) != (name_b, desc_b):
-            raise ShapeError(
-                f"{what}: the two models differ at module '{name_a or name_b}': {desc_a} versus "
-                f"{desc_b}; both networks must have the same architecture"
-            )
-    if len(sig_a) != len(sig_b):
-        raise ShapeError(
-            f"{what}: the two models have {len(sig_a)} and {len(sig_b)} modules; both networks "
-            "must have the same architecture"
-        )
-
-
 def _state(model: nn.Module | Mapping[str, Tensor], spec: PermutationSpec, what: str) -> Params:
     """Parameters (and the spec's running statistics) of a module, or a copy of a dict."""
     if isinstance(model, Mapping):
@@ -507,7 +487,7 @@ def weight_matching(
             )
         spec = permutation_spec(module, example_input)
     if isinstance(model_a, nn.Module) and isinstance(model_b, nn.Module):
-        _check_same_architecture(model_a, model_b, "weight_matching")
+        check_same_architecture(model_a, model_b, "weight_matching")
     state_a = _state(model_a, spec, "weight_matching(model_a)")
     state_b = _state(model_b, spec, "weight_matching(model_b)")
     _check_same_state(state_a, state_b, "weight_matching")

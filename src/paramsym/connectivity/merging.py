@@ -26,9 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.connectivity.matching import _check_same_architecture
 from paramsym.core.calls import call_arguments
-from paramsym.core.model_checks import require_module
+from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.errors import InvalidArgumentError, ParamsymWarning, ShapeError
 
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
@@ -85,7 +84,7 @@ def merge(
     for i, m in enumerate(models):
         require_module(m, f"merge: models[{i}]")
     for i, m in enumerate(models[1:], start=1):
-        _check_same_architecture(models[0], m, f"merge (models[0] and models[{i}])")
+        check_same_architecture(models[0], m, f"merge (models[0] and models[{i}])")
     w = merge_weights(len(models), weights)
     merged = copy.deepcopy(models[0])
     states = [dict(m.state_dict()) for m in models]

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
-from paramsym.errors import InvalidArgumentError
+from paramsym.errors import InvalidArgumentError, ShapeError
 
 
 def require_module(model: Any, where: str) -> nn.Module:
@@ -35,6 +35,29 @@ def require_module(model: Any, where: str) -> nn.Module:
             "function in an nn.Module whose forward calls it"
         )
     return model
+
+
+def architecture_signature(model: nn.Module) -> list[tuple[str, str]]:
+    """``(name, module description)`` for every submodule: type and ``extra_repr``."""
+    return [(name, f"{type(m).__name__}({m.extra_repr()})") for name, m in model.named_modules()]
+
+
+def check_same_architecture(a: nn.Module, b: nn.Module, where: str) -> None:
+    """Raise :class:`~paramsym.errors.ShapeError`, naming ``where`` and the first module that
+    differs, unless ``a`` and ``b`` have the same modules (names, types, settings) in the same
+    order: what weight matching, alignment and merging need of two models."""
+    sig_a, sig_b = architecture_signature(a), architecture_signature(b)
+    for (name_a, desc_a), (name_b, desc_b) in zip(sig_a, sig_b, strict=False):
+        if (name_a, desc_a) != (name_b, desc_b):
+            raise ShapeError(
+                f"{where}: the two models differ at module '{name_a or name_b}': {desc_a} versus "
+                f"{desc_b}; both networks must have the same architecture"
+            )
+    if len(sig_a) != len(sig_b):
+        raise ShapeError(
+            f"{where}: the two models have {len(sig_a)} and {len(sig_b)} modules; both networks "
+            "must have the same architecture"
+        )
 
 
 def random_modules(model: nn.Module) -> list[str]:

@@ -31,8 +31,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
-from paramsym.core.calls import call_arguments
-from paramsym.core.params import stateless_call
+from paramsym.core.params import output_change
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Slot, Symmetry, scale_along
 from paramsym.symmetry.scaling import PositiveScaling
@@ -73,7 +72,8 @@ class FoldReport:
             (their LayerNorms became weightless RMSNorms).
         skipped: norm module -> why it was left as it is (no linear reader, a reader that
             is also used elsewhere, a weight used as ``1 + weight``, ...).
-        output_change: relative change of the output on the example input, original vs folded.
+        output_change: max |f_folded(x) − f(x)| / max |f(x)| on the example input
+            (:func:`paramsym.core.params.output_change`).
     """
 
     folded: dict[str, list[str]] = field(default_factory=dict)
@@ -162,7 +162,7 @@ def fold_norms(
             setattr(modules[parent] if parent else folded, child,
                     FoldedNorm(kind[0], module.weight.numel(), kind[1]))  # fmt: skip
             report.folded[name] = [t.name for t in readers]
-    report.output_change = _change(model, folded, example_input)
+    report.output_change = output_change(model, folded, example_input)
     folded.paramsym_fold = report  # type: ignore[assignment]
     return folded
 
@@ -217,15 +217,3 @@ def _fold_one(modules: dict[str, nn.Module], norm: nn.Module, readers: list[Slot
             bias = getattr(owner, "bias")  # noqa: B009  (checked by _bias_takers)
             bias.add_(torch.tensordot(weight.detach(), beta.detach(), dims=([slot.axis], [0])))
         weight.copy_(scale_along(weight.detach(), slot.axis, gamma))
-
-
-def _change(model: nn.Module, folded: nn.Module, example_input: Any) -> float:
-    def output(m: nn.Module) -> Tensor:
-        args, kwargs = call_arguments(m, example_input, "fold_norms")
-        state = {k: v.detach() for k, v in [*m.named_parameters(), *m.named_buffers()]}
-        with torch.no_grad():
-            raw = stateless_call(m, state, args, kwargs)
-        return raw if isinstance(raw, Tensor) else raw[0]
-
-    before, after = output(model), output(folded)
-    return float((after - before).norm() / (before.norm() or 1.0))
