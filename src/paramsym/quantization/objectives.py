@@ -124,8 +124,9 @@ class WeightError(Objective):
         self, symmetries: Sequence[Symmetry], params: Mapping[str, Tensor], batch: Any
     ) -> None:
         """At the start of a teleport: the terms of the weights no symmetry moves are constant
-        (GPT-2's token embedding: a third of its weights), so they are summed once here, without
-        a graph, and each evaluation differentiates only the moved weights' terms."""
+        (a Llama's token embedding, which only approximate symmetries move), so they are
+        summed once here, without a graph, and each evaluation differentiates only the moved
+        weights' terms."""
         names = self.names(dict(params))
         if not names:
             raise InvalidArgumentError(f"{self.name}: the model has no weight to quantize")
