@@ -64,7 +64,7 @@ class TransformerMergingConfig:
     batch_size: int = 32
     block_size: int = 64
     lr: float = 3e-3
-    pairs: int = 2
+    pairs: int = 3
     alphas: int = 11
     eval_blocks: int = 64
     learned_steps: int = 200

@@ -71,7 +71,7 @@ class VitMergingConfig:
     lr: float = 1e-3
     weight_decay: float = 0.05
     warmup_steps: int = 100
-    pairs: int = 2
+    pairs: int = 3
     alphas: int = 11
     eval_samples: int = 0
     learned_steps: int = 60
