@@ -35,10 +35,16 @@ from paramsym.quantization.quantizer import Quantizer
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
+def reads_last_axis(module: nn.Module) -> bool:
+    """Whether ``module``'s weight multiplies the last axis of its input: ``nn.Linear`` or
+    Hugging Face's ``Conv1D`` (weight (in, out))."""
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
 def is_reader(module: nn.Module) -> bool:
-    """Whether ``module`` multiplies its input by a weight: ``nn.Linear``, Hugging Face's
-    ``Conv1D`` or a convolution."""
-    return isinstance(module, (nn.Linear, *_CONVOLUTIONS)) or type(module).__name__ == "Conv1D"
+    """Whether ``module`` multiplies its input by a weight: a map of its last axis
+    (:func:`reads_last_axis`) or a convolution."""
+    return reads_last_axis(module) or isinstance(module, _CONVOLUTIONS)
 
 
 def readers(model: nn.Module, skip: Sequence[str] = ()) -> dict[str, nn.Module]:

@@ -35,6 +35,7 @@ from paramsym.core.calls import call_arguments
 from paramsym.core.params import output_change
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
 from paramsym.quantization.equalization import equalizable, neuron_ranges, side_range
+from paramsym.quantization.simulate import reads_last_axis
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.scaling import PositiveScaling
 
@@ -59,12 +60,6 @@ class SmoothingResult:
     output_change: float = math.nan
 
 
-def _is_reader(module: nn.Module) -> bool:
-    """A map whose weight's input axis indexes the last axis of its input: ``nn.Linear`` or
-    Hugging Face's ``Conv1D`` (weight (in, out))."""
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
-
-
 def _readers(s: PositiveScaling, modules: dict[str, nn.Module]) -> list[str] | None:
     """The modules whose weights are the outgoing slots of ``s``, when every one is a reader
     of its input's last axis (else ``None``)."""
@@ -74,7 +69,7 @@ def _readers(s: PositiveScaling, modules: dict[str, nn.Module]) -> list[str] | N
             continue
         module_name, _, leaf = slot.name.rpartition(".")
         module = modules.get(module_name)
-        if module is None or leaf != "weight" or not _is_reader(module):
+        if module is None or leaf != "weight" or not reads_last_axis(module):
             return None
         names.append(module_name)
     return list(dict.fromkeys(names)) or None
