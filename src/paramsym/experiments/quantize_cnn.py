@@ -49,14 +49,14 @@ from torch import Tensor, nn
 from torch.nn import functional
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-import paramsym.data
 from paramsym.errors import InvalidArgumentError
+from paramsym.experiments.images import IMAGE_DATASETS, image_split
 from paramsym.experiments.merging.char_lm import learning_rate
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
 from paramsym.quantization import Quantizer, equalize, fake_quantize
 
-DATASETS = ("digits", "mnist", "cifar10")
+DATASETS = IMAGE_DATASETS
 """Image datasets of ``quantize-cnn``: digits is bundled; MNIST and CIFAR-10 read ``--data-dir``."""
 
 METHODS = ("float", "rtn", "equalized", "per_channel")
@@ -212,31 +212,6 @@ def _parse_bits(spec: str) -> list[int]:
     return bits
 
 
-def _images(config: QuantizeCnnConfig) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """(train, test) images of shape (n, channels, side, side), float32, in [0, 1]."""
-    if config.dataset not in DATASETS:
-        raise InvalidArgumentError(
-            f"quantize-cnn: dataset must be one of {', '.join(DATASETS)}, got {config.dataset!r}"
-        )
-    if config.dataset == "digits":
-        data = paramsym.data.digits(seed=config.seed, dtype=torch.float32)
-    else:
-        data = paramsym.data.load(config.dataset, data_dir=config.data_dir)
-    channels = 3 if config.dataset == "cifar10" else 1
-    (x, y), x_test = data.train, data.x_test
-
-    def shaped(images: Tensor) -> Tensor:
-        side = math.isqrt(images[0].numel() // channels)
-        images = images.reshape(-1, channels, side, side).float()
-        if config.side and config.side != side:
-            images = functional.interpolate(
-                images, size=(config.side, config.side), mode="bilinear", align_corners=False
-            )
-        return images
-
-    return (shaped(x), y), (shaped(x_test), data.y_test)
-
-
 def train_cnn(model: nn.Module, data: tuple[Tensor, Tensor], config: QuantizeCnnConfig, seed: int):
     """AdamW on shuffled batches drawn from ``seed``; the model ends in eval mode."""
     x, y = data
@@ -343,7 +318,10 @@ def run_quantize_cnn(config: QuantizeCnnConfig, progress: Progress) -> Result:
     bits = _parse_bits(config.bits)
     _parse_blocks(config.blocks)
     with torch_threads(config.threads):
-        train, test = _images(config)
+        train, test = image_split(
+            config.dataset, seed=config.seed, data_dir=config.data_dir, where="quantize-cnn",
+            side=config.side,
+        )  # fmt: skip
         if config.eval_samples:
             test = (test[0][: config.eval_samples], test[1][: config.eval_samples])
         classes = int(max(train[1].max(), test[1].max())) + 1

@@ -49,10 +49,10 @@ from torch import Tensor, nn
 
 import paramsym as ps
 from paramsym.core.params import output_change
-from paramsym.data.text import CharCorpus, stdlib_text, text_file
 from paramsym.errors import InvalidArgumentError
 from paramsym.experiments.merging.char_lm import char_gpt2, char_llama, train_char_lm
 from paramsym.experiments.merging.transformer_merging import (
+    corpus_of,
     evenly_spaced_batches,
     next_char_loss,
 )
@@ -156,12 +156,6 @@ def _check(config: QuantizeLMConfig) -> None:
         scheme(name)
 
 
-def _corpus(config: QuantizeLMConfig) -> CharCorpus:
-    return (
-        stdlib_text() if config.text_file is None else text_file(config.text_file, config.data_dir)
-    )
-
-
 def _model(config: QuantizeLMConfig, family: str, vocab: int, seed: int) -> nn.Module:
     sizes = {"width": config.width, "layers": config.layers, "heads": config.heads, "seed": seed}
     if family == "gpt2":
@@ -259,7 +253,7 @@ def _moved(
 def run_quantize_lm(config: QuantizeLMConfig, progress: Progress) -> Result:
     _check(config)
     with torch_threads(config.threads):
-        corpus = _corpus(config)
+        corpus = corpus_of(config.text_file, config.data_dir)
         g = torch.Generator().manual_seed(config.seed)
         train = []
         for _ in range(config.learned_batches):

@@ -73,10 +73,12 @@ class TransformerMergingConfig:
     threads: int = 1
 
 
-def _corpus(config: TransformerMergingConfig) -> CharCorpus:
-    if config.text_file is None:
+def corpus_of(text_file_name: str | None, data_dir: str | None) -> CharCorpus:
+    """The text file ``text_file_name`` read from ``data_dir``; ``None``: the standard
+    library's source (:func:`~paramsym.data.text.stdlib_text`)."""
+    if text_file_name is None:
         return stdlib_text()
-    return text_file(config.text_file, config.data_dir)
+    return text_file(text_file_name, data_dir)
 
 
 def _model(config: TransformerMergingConfig, vocab: int, seed: int) -> nn.Module:
@@ -116,7 +118,7 @@ def run_transformer_merging(config: TransformerMergingConfig, progress: Progress
             "transformer-merging: pairs ≥ 1, alphas ≥ 3 and steps ≥ 1 are needed"
         )
     with torch_threads(config.threads):
-        corpus = _corpus(config)
+        corpus = corpus_of(config.text_file, config.data_dir)
         g = torch.Generator().manual_seed(config.seed)
         train = []
         for _ in range(config.learned_batches):

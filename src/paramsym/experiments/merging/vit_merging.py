@@ -15,7 +15,6 @@ detector reads off the graph like any other writer.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from torch.nn import functional
 import paramsym as ps
 import paramsym.data
 from paramsym.errors import InvalidArgumentError
+from paramsym.experiments.images import IMAGE_DATASETS, image_split
 from paramsym.experiments.merging.char_lm import decay_groups, learning_rate
 from paramsym.experiments.merging.pairs import (
     FUNCTION,
@@ -38,7 +38,7 @@ from paramsym.experiments.merging.pairs import (
 from paramsym.experiments.registry import Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
 
-DATASETS = ("digits", "mnist", "cifar10")
+DATASETS = IMAGE_DATASETS
 """Image datasets of ``vit-merging``: digits is bundled; MNIST and CIFAR-10 read ``--data-dir``."""
 
 
@@ -78,26 +78,6 @@ class VitMergingConfig:
     learned_lr: float = 0.01
     learned_batches: int = 4
     threads: int = 1
-
-
-def _images(config: VitMergingConfig) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """(train, test), images of shape (n, channels, side, side) in [0, 1], float32."""
-    if config.dataset not in DATASETS:
-        raise InvalidArgumentError(
-            f"vit-merging: dataset must be one of {', '.join(DATASETS)}, got {config.dataset!r}"
-        )
-    if config.dataset == "digits":
-        data = paramsym.data.digits(seed=config.seed, dtype=torch.float32)
-    else:
-        data = paramsym.data.load(config.dataset, data_dir=config.data_dir)
-    channels = 3 if config.dataset == "cifar10" else 1
-    (x, y), x_test = data.train, data.x_test
-
-    def shaped(images: Tensor) -> Tensor:
-        side = math.isqrt(images[0].numel() // channels)
-        return images.reshape(-1, channels, side, side).float()
-
-    return (shaped(x), y), (shaped(x_test), data.y_test)
 
 
 def vit(config: VitMergingConfig, image: tuple[int, int], classes: int, seed: int) -> nn.Module:
@@ -167,7 +147,9 @@ def run_vit_merging(config: VitMergingConfig, progress: Progress) -> Result:
     if config.pairs < 1 or config.alphas < 3 or config.steps < 1:
         raise InvalidArgumentError("vit-merging: pairs ≥ 1, alphas ≥ 3 and steps ≥ 1 are needed")
     with torch_threads(config.threads):
-        train, (x_test, y_test) = _images(config)
+        train, (x_test, y_test) = image_split(
+            config.dataset, seed=config.seed, data_dir=config.data_dir, where="vit-merging"
+        )
         if config.eval_samples:
             x_test, y_test = x_test[: config.eval_samples], y_test[: config.eval_samples]
         image = (train[0].shape[1], train[0].shape[-1])
