@@ -128,6 +128,34 @@ def test_batched_runs_follow_their_own_adam_updates():
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_adam_is_torch_optim_adams_fused_update_bit_for_bit():
+    """``adam`` calls torch.optim.Adam's fused kernel directly (FusedAdam, where this torch has
+    it): the same parameters after the same gradients as ``torch.optim.Adam(fused=True)``, bit
+    for bit, a parameter left without a gradient included (neither moves it nor counts it)."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(4, 3, 2), (4, 3), (4, 1, 3)]
+    mine = [torch.randn(s, generator=generator) for s in shapes]
+    theirs = [p.clone() for p in mine]
+    optimizer = adam(mine, 0.05)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        pytest.skip("this torch has no fused Adam on the CPU")
+    reference = torch.optim.Adam(theirs, lr=0.05, fused=True)
+    for step in range(6):
+        grads = [torch.randn(s, generator=generator) for s in shapes]
+        for i, (p, q, g) in enumerate(zip(mine, theirs, grads, strict=True)):
+            skipped = step == 2 and i == 1
+            p.grad = None if skipped else g.clone()
+            q.grad = None if skipped else g.clone()
+        optimizer.step()
+        reference.step()
+        for p, q in zip(mine, theirs, strict=True):
+            assert torch.equal(p, q)
+    for step, q in zip(optimizer.steps, theirs, strict=True):
+        assert torch.equal(step, reference.state[q]["step"])
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in mine)
+
+
 def _autograd_epoch(cohort: _Cohort, optimizer: torch.optim.Optimizer, batch_size: int) -> None:
     """``_Cohort.epoch`` with the gradient from autograd (its implementation before the
     backpropagation was written out)."""

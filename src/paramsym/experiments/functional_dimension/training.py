@@ -10,6 +10,7 @@ The common setup is described in :mod:`paramsym.experiments.functional_dimension
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -146,7 +147,7 @@ class _Cohort:
                 h = torch.relu(h)
         return h
 
-    def epoch(self, optimizer: torch.optim.Optimizer, batch_size: int) -> None:
+    def epoch(self, optimizer: FusedAdam | torch.optim.Optimizer, batch_size: int) -> None:
         """One pass over every run's data in its own shuffled minibatches of ``batch_size``.
 
         The loss is the sum of the runs' own MSELoss, so each run gets its own gradient; its
@@ -156,9 +157,11 @@ class _Cohort:
         contiguous minibatches). The gradient is backpropagation written out for the ReLU MLP
         (δ_L = 2(f − y)/k, ∂/∂b_l = Σ_samples δ_l, ∂/∂W_l = (h_{l−1}ᵀ δ_l)ᵀ,
         δ_{l−1} = (δ_l W_l) ⊙ 1[h_{l−1} > 0]) with the same operations autograd runs for
-        ``baddbmm``, ``relu`` and the mean of squares, so the same values bit for bit
-        (tested), without autograd's graph: at these sizes the small tensor operations and
-        their bookkeeping, not the arithmetic, set the time.
+        ``baddbmm``, ``relu`` (its ``threshold_backward``) and the mean of squares, so the
+        same values bit for bit (tested), without autograd's graph: at these sizes the small
+        tensor operations and their bookkeeping, not the arithmetic, set the time. For the
+        same reason ``adam`` gives a :class:`FusedAdam` (the fused kernel called directly)
+        where this torch has one.
         """
         m = self.x.shape[1]
         order = torch.stack([torch.randperm(m, generator=g) for g in self.generators])
@@ -166,7 +169,11 @@ class _Cohort:
         xs = self.x[rows, order].split(batch_size, dim=1)
         ys = self.y[rows, order].split(batch_size, dim=1)
         count = len(self.weights)
-        weights, biases, parameters = self.weights, self.biases, self.parameters
+        weights, parameters = self.weights, self.parameters
+        # views of the parameters, made once: the Adam step updates the parameters in place
+        weights_t = [w.transpose(1, 2) for w in weights]
+        biases_row = [b.unsqueeze(1) for b in self.biases]
+        relu_backward = torch.ops.aten.threshold_backward.default
         grads: list[Tensor] = []
         for p in parameters:
             grad = p.grad
@@ -179,7 +186,7 @@ class _Cohort:
                 h = x.contiguous()
                 inputs = [h]  # h_{l-1} of each layer l (after the ReLU)
                 for i in range(count):
-                    h = torch.baddbmm(biases[i].unsqueeze(1), h, weights[i].transpose(1, 2))
+                    h = torch.baddbmm(biases_row[i], h, weights_t[i])
                     if i < count - 1:
                         h = torch.relu(h)
                         inputs.append(h)
@@ -191,7 +198,7 @@ class _Cohort:
                         torch.bmm(inputs[i].transpose(1, 2), delta).transpose(1, 2)
                     )
                     if i:
-                        delta = torch.bmm(delta, weights[i]) * (inputs[i] > 0)
+                        delta = relu_backward(torch.bmm(delta, weights[i]), inputs[i], 0)
                 torch._foreach_add_(grads, torch._foreach_mul(parameters, self._decays))
                 optimizer.step()
 
@@ -265,13 +272,104 @@ def _measure(cohort: _Cohort, records: list[Trajectory], epoch: int, probe: Tens
                 record.predictions.append(model(probe).flatten())
 
 
-def adam(parameters: list[Tensor], learning_rate: float) -> torch.optim.Adam:
-    """``torch.optim.Adam`` without its own weight decay (it is added run by run, see
-    ``_Cohort.epoch``); the fused kernel where this torch has it (the same update, faster)."""
+class FusedAdam:
+    """``torch.optim.Adam(parameters, lr=learning_rate, fused=True)`` (betas 0.9, 0.999, eps
+    1e-8, no weight decay of its own, no amsgrad) without the optimizer object: the state it
+    keeps (first and second moments, zero at the start, and each parameter's step count as a
+    float32 scalar tensor on the parameter's device, as fused Adam keeps it) held here, and
+    :meth:`step` the call its ``step`` ends in: the step counts incremented by one, then
+    ``torch._fused_adam_`` on all the parameters at once. The same kernel with the same
+    arguments on the same tensors, so the same update bit for bit (tested); what is left out
+    is ``Optimizer.step``'s bookkeeping (hooks, profiling, the state lookups and lists built
+    parameter by parameter on every call), which on the small minibatches of
+    ``_Cohort.epoch`` took several times the kernel's own time.
+    """
+
+    betas = (0.9, 0.999)
+    eps = 1e-8
+
+    def __init__(self, parameters: Sequence[Tensor], learning_rate: float) -> None:
+        self.parameters = list(parameters)
+        self.learning_rate = learning_rate
+        self.exp_avgs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.parameters
+        ]
+        self.exp_avg_sqs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.parameters
+        ]
+        self.steps = [
+            torch.zeros((), dtype=torch.float32, device=p.device) for p in self.parameters
+        ]
+
+    def zero_grad(self) -> None:
+        """Drop the parameters' gradients (``set_to_none``, as ``Optimizer.zero_grad``)."""
+        for p in self.parameters:
+            p.grad = None
+
+    def step(self) -> None:
+        """One Adam update of the parameters from their ``grad``; as ``torch.optim.Adam``, a
+        parameter without a gradient is left alone and its step count is not advanced."""
+        grads = [p.grad for p in self.parameters]
+        state = (self.parameters, grads, self.exp_avgs, self.exp_avg_sqs, self.steps)
+        if any(g is None for g in grads):
+            kept = [i for i, g in enumerate(grads) if g is not None]
+            state = tuple([tensors[i] for i in kept] for tensors in state)
+        parameters, grads, exp_avgs, exp_avg_sqs, steps = state
+        if not parameters:
+            return
+        with torch.no_grad():
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(
+                parameters,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=self.learning_rate,
+                beta1=self.betas[0],
+                beta2=self.betas[1],
+                weight_decay=0.0,
+                eps=self.eps,
+                maximize=False,
+            )
+
+
+def adam(parameters: list[Tensor], learning_rate: float) -> FusedAdam | torch.optim.Adam:
+    """Adam without its own weight decay (it is added run by run, see ``_Cohort.epoch``):
+    :class:`FusedAdam` (``torch.optim.Adam``'s fused kernel called directly) where this torch
+    has the fused kernel on the parameters' device, else ``torch.optim.Adam`` itself."""
+    if _has_fused_adam(str(parameters[0].device)):
+        return FusedAdam(parameters, learning_rate)
+    return torch.optim.Adam(parameters, lr=learning_rate)  # torch < 2.4 on the CPU
+
+
+@functools.cache
+def _has_fused_adam(device: str) -> bool:
+    """Whether ``torch._fused_adam_`` runs on ``device`` (on the CPU from torch 2.4): one call
+    on a one-element tensor (rather than asking ``torch.optim.Adam(fused=True)``, whose first
+    construction imports torch._dynamo, seconds)."""
+    one = [torch.zeros(1, device=device) for _ in range(4)]
     try:
-        return torch.optim.Adam(parameters, lr=learning_rate, fused=True)
-    except RuntimeError:  # torch < 2.4 has no fused Adam on the CPU
-        return torch.optim.Adam(parameters, lr=learning_rate)
+        torch._fused_adam_(
+            one[:1],
+            one[1:2],
+            one[2:3],
+            one[3:],
+            [],
+            [torch.ones((), device=device)],
+            amsgrad=False,
+            lr=0.0,
+            beta1=0.9,
+            beta2=0.999,
+            weight_decay=0.0,
+            eps=1e-8,
+            maximize=False,
+        )
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return False
+    return True
 
 
 def r2_score(prediction: Tensor, target: Tensor) -> float:
