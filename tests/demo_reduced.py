@@ -216,11 +216,11 @@ REDUCED_QUICK: dict[str, dict[str, str]] = {
         "steps": "20",
         "batch_size": "8",
         "block_size": "16",
-        "schemes": "W8A8,W4A4",
+        "schemes": "W4A4",
         "eval_blocks": "16",
         "learned_steps": "4",
         "learned_batches": "2",
-        "teleport_steps": "2",
+        "teleport_steps": "1",
     },
 }
 
