@@ -250,6 +250,55 @@ def test_weight_matching_never_decreases_the_objective(order) -> None:
     assert relative_error(ps.functional_call(model_b, result.params, x), model_b(x)) < 1e-13
 
 
+def test_a_float32_pair_takes_the_float64_pairs_steps() -> None:
+    """A float32 model's cost matrices are float32 products summed in float64 (each step's
+    gain is exact, see the next test): the descent takes the steps of the float64 copies of
+    the same models, and J stays non-decreasing and equal to its recomputation."""
+    widths = [8, 48, 48, 3]
+    a64, b64 = _mlp(widths, seed=51), _mlp(widths, seed=52)
+    a32, b32 = (ps.params_of(m.float()) for m in (_mlp(widths, seed=51), _mlp(widths, seed=52)))
+    spec = permutation_spec(a64)
+    result32 = weight_matching(a32, b32, spec=spec)
+    result64 = weight_matching(a64, b64)
+    assert result32.converged
+    assert len(result32.history) >= 3
+    for name, p in result64.permutations.items():
+        assert torch.equal(result32.permutations[name], p)
+    assert all(u <= v for u, v in itertools.pairwise(result32.history))
+    assert result32.objective_after == pytest.approx(
+        _objective_with(spec, a32, b32, result32.permutations), rel=1e-13
+    )
+
+
+@pytest.mark.parametrize("moved", [1, 2, 40])
+def test_a_steps_gain_is_exact_against_the_recomputed_objective(moved) -> None:
+    """``_exact_gain`` (float64 dots of the moved rows of a float32 model) is J(new) − J(old),
+    J recomputed in float64 from scratch (exact products), whether a few or all rows move."""
+    from paramsym.connectivity.matching_descent import _cost_matrix, _exact_gain
+
+    widths = [8, 40, 40, 3]
+    model = _mlp(widths, seed=61).float()
+    a32, b32 = ps.params_of(model), ps.params_of(_mlp(widths, seed=62).float())
+    spec = permutation_spec(model)
+    actions = spec.actions(b32)
+    others = _random_permutations(spec, b32, seed=63)
+    group = next(iter(actions))
+    old = others.pop(group)
+    new = old.clone()
+    g = _gen(64)
+    chosen = torch.randperm(len(old), generator=g)[:moved]
+    new[chosen] = old[chosen[torch.randperm(moved, generator=g)]]
+    base = apply_permutations(b32, spec, others)
+    current = actions[group].act(base, old)
+    slots = [slot for slot in actions[group].slots if slot.name not in spec.unmatched]
+    _, rows = _cost_matrix(slots, a32, current, len(old), old)
+    gain = _exact_gain(rows, old, new)
+    before = matching_objective(a32, current, spec)
+    after = matching_objective(a32, actions[group].act(base, new), spec)
+    assert (gain == 0.0) == torch.equal(new, old)
+    assert gain == pytest.approx(after - before, rel=1e-12, abs=1e-14 * abs(before))
+
+
 def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> None:
     """A group solved on its cost matrix is skipped while no group acting on its tensors has
     changed (``_Solved``): the descent is the same, step for step, as one that recomputes

@@ -29,16 +29,20 @@ write the spec by hand (:meth:`PermutationSpec.from_axes`, the layout of git-re-
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
 from torch import Tensor, nn
 
-from paramsym.connectivity.matching_descent import coordinate_descent, inner_product
+from paramsym.connectivity.matching_descent import (
+    coordinate_descent,
+    float64_squared_distance,
+    inner_product,
+)
 from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (
@@ -313,12 +317,12 @@ def matching_objective(
 def _distance(
     params_a: Mapping[str, Tensor], params_b: Mapping[str, Tensor], spec: PermutationSpec
 ) -> float:
-    total = sum(
-        torch.sum((params_a[k].double() - params_b[k].double()) ** 2)
+    total = math.fsum(
+        float64_squared_distance(params_a[k], params_b[k])
         for k in params_a
         if k not in spec.unmatched
     )
-    return float(total) ** 0.5
+    return total**0.5
 
 
 @dataclass(frozen=True)

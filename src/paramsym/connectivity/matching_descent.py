@@ -11,6 +11,7 @@ is the public entry point; this module is its inner loop.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
@@ -27,14 +28,36 @@ from paramsym.symmetry.discrete import NeuronPermutation
 def inner_product(
     params_a: Mapping[str, Tensor], params_b: Mapping[str, Tensor], unmatched: Collection[str]
 ) -> float:
-    """Σ_k ⟨θ_A[k], θ_B[k]⟩ over the tensors not ``unmatched``, accumulated in float64."""
-    return float(
-        sum(
-            torch.sum(params_a[k].double() * params_b[k].double())
-            for k in params_a
-            if k not in unmatched
-        )
+    """Σ_k ⟨θ_A[k], θ_B[k]⟩ over the tensors not ``unmatched``, accumulated in float64 (each
+    product of two float32 numbers is exact in float64), a chunk at a time (:func:`float64_dot`)."""
+    return math.fsum(float64_dot(params_a[k], params_b[k]) for k in params_a if k not in unmatched)
+
+
+CHUNK = 1 << 20
+"""Entries widened to float64 at a time by :func:`float64_dot` (8 MiB per operand): widening
+whole tensors made two float64 copies of each, about half of weight matching's time on
+GPT-2-small outside its cost matrices."""
+
+
+def float64_dot(a: Tensor, b: Tensor) -> float:
+    """⟨a, b⟩ in float64, widening ``CHUNK`` entries at a time (a BLAS dot per chunk)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    if a.dtype == torch.float64 and b.dtype == torch.float64:
+        return float(torch.dot(a, b))
+    return math.fsum(
+        float(torch.dot(a[i : i + CHUNK].double(), b[i : i + CHUNK].double()))
+        for i in range(0, a.numel(), CHUNK)
     )
+
+
+def float64_squared_distance(a: Tensor, b: Tensor) -> float:
+    """‖a − b‖² in float64, widening ``CHUNK`` entries at a time."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    total = 0.0
+    for i in range(0, a.numel(), CHUNK):
+        d = a[i : i + CHUNK].double() - b[i : i + CHUNK].double()
+        total += float(torch.dot(d, d))
+    return total
 
 
 def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
@@ -51,18 +74,51 @@ def _cost_matrix(
     current: Mapping[str, Tensor],
     width: int,
     p: Tensor,
-) -> np.ndarray:
-    """C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own permutation undone⟩,
-    so that J = const + Σ_i C[i, p(i)], over the matched ``slots``; ``current`` is θ_B. The
-    rows are widened to float64 one slot at a time (the models stay in their dtype: two
-    float64 copies of a 124 M model were 4 × its bytes)."""
+) -> tuple[np.ndarray, list[tuple[Tensor, Tensor]]]:
+    """(C, rows): C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own
+    permutation undone⟩,
+    so that J = const + Σ_i C[i, p(i)], over the matched ``slots``; ``current`` is θ_B.
+
+    Each slot's product is taken in the models' dtype (float32 at least) and the slots are
+    summed in float64: float64 products of float32 models (twice the work, and a widened copy
+    of each slot) were most of weight matching's time on GPT-2-small. In a float32 model the
+    assignment thus sees C to float32 rounding; whether its step gains is decided exactly
+    (:func:`_exact_gain`, from ``rows``: each slot's rows of θ_A and of θ_B, ``(width, -1)``)."""
     cost = torch.zeros(width, width, dtype=torch.float64)
+    rows = []
     for slot in slots:
-        a = _neuron_rows(state_a[slot.name], slot, width).double()
-        b = _neuron_rows(current[slot.name], slot, width).double()
-        cost += (a @ b.T).cpu()
+        a = _neuron_rows(state_a[slot.name], slot, width)
+        b = _neuron_rows(current[slot.name], slot, width)
+        work = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
+        cost += (a.to(work) @ b.to(work).T).double().cpu()
+        rows.append((a, b))
     undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
-    return cost[:, undo].numpy()
+    return cost[:, undo].numpy(), rows
+
+
+ROW_CHUNK = 64
+"""Rows widened to float64 at a time by :func:`_exact_gain`."""
+
+
+def _exact_gain(rows: Sequence[tuple[Tensor, Tensor]], old: Tensor, new: Tensor) -> float:
+    """Σ_i C[i, new(i)] − C[i, old(i)] (:func:`_cost_matrix`'s C and ``rows``), over the rows
+    that change, each entry a float64 dot of two rows (exact products): J's change when the
+    group's permutation goes from ``old`` to ``new``, where J is linear in it."""
+    changed = (new != old).nonzero().flatten()
+    if changed.numel() == 0:
+        return 0.0
+    partner = torch.argsort(old)[new[changed]]  # current row argsort(old)[j]: θ_B's row j
+    everything = changed.numel() == len(old)  # all rows move: no gathers of A's or B's rows
+    total = 0.0
+    for a, b in rows:
+        index, other = changed.to(a.device), partner.to(b.device)
+        kept = b if everything else b.index_select(0, index)
+        mine = a if everything else a.index_select(0, index)
+        for start in range(0, len(index), ROW_CHUNK):  # float64 copies of a few rows at a time
+            part = slice(start, start + ROW_CHUNK)
+            moved = b.index_select(0, other[part]).double() - kept[part].double()
+            total += float(torch.sum(mine[part].double() * moved))
+    return total
 
 
 def coordinate_descent(
@@ -110,16 +166,15 @@ def coordinate_descent(
             old = permutations[group]
             if solved.current(group):
                 continue  # at the optimum of its unchanged cost matrix
-            cost = _cost_matrix(slots_a[group], state_a, current, action.width, old)
+            cost, rows = _cost_matrix(slots_a[group], state_a, current, action.width, old)
             solved.mark(group)
             if np.array_equal(cost.argmax(axis=1), old.numpy()):
                 continue  # each row at its maximum: no assignment does better (no LSAP needed)
             _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
-            rows = np.arange(action.width)
-            gain = float(cost[rows, columns].sum() - cost[rows, old.numpy()].sum())
+            new = torch.as_tensor(columns, dtype=torch.long)
+            gain = _exact_gain(rows, old, new)
             if gain <= tolerance * max(float(np.abs(cost).sum()), 1e-300):
                 continue
-            new = torch.as_tensor(columns, dtype=torch.long)
             candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
             if linear[group]:
                 value = objective + gain
