@@ -230,3 +230,39 @@ def test_the_vit_stream_translation_takes_in_its_patch_convolution_class_token_a
         )
         > 0.1
     )
+
+
+@pytest.mark.parametrize("nullity", [1, 3])
+def test_a_singular_activation_pairing_is_completed_by_the_weights(nullity):
+    """``orthogonal_completed``: where M = X_Aᵀ X_B is rank-deficient, Q agrees with the data
+    on M's range (the same ⟨Q, M⟩ as U Vᵀ) and on the null spaces maximises ⟨Q, M_w⟩ over
+    every orthogonal completion (brute force over random ones, and the closed form's
+    independence of the null-space bases: the same Q from M with its null vectors rotated)."""
+    import types
+
+    from paramsym.connectivity.align_steps import orthogonal_completed
+
+    width, g = 8, torch.Generator().manual_seed(5)
+    dtype = torch.float64
+    u, _ = torch.linalg.qr(torch.randn(width, width, generator=g, dtype=dtype))
+    v, _ = torch.linalg.qr(torch.randn(width, width, generator=g, dtype=dtype))
+    sigma = torch.cat(
+        [torch.rand(width - nullity, generator=g, dtype=dtype) + 1, torch.zeros(nullity)]
+    )
+    m = u @ torch.diag(sigma) @ v.T
+    mw = torch.randn(width, width, generator=g, dtype=dtype)
+    s = types.SimpleNamespace(width=width)
+    eps = torch.finfo(dtype).eps
+    q = orthogonal_completed(m, s, lambda: mw, eps)
+    assert torch.allclose(q.T @ q, torch.eye(width, dtype=dtype), atol=1e-13)
+    assert float((q * m).sum()) == pytest.approx(float(sigma.sum()), rel=1e-13)
+    r = width - nullity
+    best = float((q * mw).sum())
+    for _ in range(200):  # any other completion U_r V_rᵀ + U₀ R V₀ᵀ scores no higher on M_w
+        rotation, _ = torch.linalg.qr(torch.randn(nullity, nullity, generator=g, dtype=dtype))
+        other = u[:, :r] @ v[:, :r].T + u[:, r:] @ rotation @ v[:, r:].T
+        assert float((other * mw).sum()) <= best + 1e-12
+    turn, _ = torch.linalg.qr(torch.randn(nullity, nullity, generator=g, dtype=dtype))
+    u2 = torch.cat([u[:, :r], u[:, r:] @ turn], dim=1)  # other null-space bases, same M
+    m2 = u2 @ torch.diag(sigma) @ v.T
+    assert torch.allclose(orthogonal_completed(m2, s, lambda: mw, eps), q, atol=1e-12)

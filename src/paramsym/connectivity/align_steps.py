@@ -2,7 +2,8 @@
 others (:mod:`paramsym.connectivity.alignment` alternates them).
 
 * :func:`procrustes_step`: a matrix group restricted to its orthogonal elements, Q = U Vᵀ from
-  the SVD of M = Σ R_A R_Bᵀ (one angle per pair on RoPE's groups);
+  the SVD of M = Σ R_A R_Bᵀ (one angle per pair on RoPE's groups); on activations,
+  :func:`orthogonal_completed` (the weights decide Q where the activations' M is singular);
 * :func:`assignment_step`: a permutation group by linear assignment on a cost matrix, plain
   rows (:func:`permutation_cost`) or, for heads, the circuits their own maps leave unchanged
   (:func:`head_cost`);
@@ -13,7 +14,7 @@ B is a dict of the aligned model's own tensors, moved in place (:func:`assign`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +62,43 @@ def orthogonal(m: Tensor, s: MatrixNeuronSymmetry) -> Tensor:
         return q
     u, _, vh = torch.linalg.svd(m)
     return u @ vh
+
+
+def orthogonal_completed(
+    m: Tensor, s: MatrixNeuronSymmetry, weights: Callable[[], Tensor], eps: float
+) -> Tensor:
+    """:func:`orthogonal` of ``m`` where ``m`` (an activation pairing M = Σ X_Aᵀ X_B) fixes the
+    element, completed by ``weights()`` (the weight pairing, read only when needed) where it
+    does not.
+
+    Activations determine Q only on the subspace they span: where every activation at the
+    group's neurons is orthogonal to a direction (the mean of a residual stream that
+    :func:`~paramsym.symmetry.fold.fold_norms` centred, a stream wider than the samples), M
+    is rank-deficient, Q = U Vᵀ is arbitrary on its null spaces (a sign or an O(k) element
+    that rounding, hence the thread count, picks) and the function is the same for every
+    choice while the weights' distance is not. So Q = U_r V_rᵀ + U₀ R V₀ᵀ: on the singular
+    directions above ``width · eps · σ_max`` (numerical rank, ``eps`` the activations'
+    precision) from the activations, and on the null spaces U₀, V₀ the R ∈ O(k) maximising
+    tr(Qᵀ M_w), R the polar factor of U₀ᵀ M_w V₀ (independent of the bases chosen for them).
+    On RoPE's groups, a pair whose 2 × 2 block of M vanishes takes its angle from M_w."""
+    if isinstance(s, RotaryQueryKey):
+        sin = torch.stack([m[j, i] - m[i, j] for i, j in s.pairs])
+        cos = torch.stack([m[i, i] + m[j, j] for i, j in s.pairs])
+        size = torch.hypot(sin, cos)
+        empty = size <= s.width * eps * size.max()
+        if bool(empty.any()):
+            mw, m = weights().to(m), m.clone()
+            for (i, j), blank in zip(s.pairs, empty.tolist(), strict=True):
+                if blank:
+                    m[[i, i, j, j], [i, j, i, j]] = mw[[i, i, j, j], [i, j, i, j]]
+        return orthogonal(m, s)
+    u, sigma, vh = torch.linalg.svd(m)
+    rank = int((sigma > s.width * eps * sigma[0]).sum())
+    if rank == s.width:
+        return u @ vh
+    u0, v0 = u[:, rank:], vh[rank:].mT
+    inner_u, _, inner_vh = torch.linalg.svd(u0.mT @ weights().to(m) @ v0)
+    return u[:, :rank] @ vh[:rank] + u0 @ (inner_u @ inner_vh) @ v0.mT
 
 
 def pairing(

@@ -213,8 +213,10 @@ def align(
             ``"activations"``: each group once, from the activations at its neurons on ``data``
             (:mod:`~paramsym.connectivity.activations`): units by the correlation of their
             activations, heads by ‖X_Aᵀ X_B‖_*, orthogonal maps by Procrustes on the
-            activations (M = X_Aᵀ X_B); a group none of whose tensors has a known activation
-            site is aligned by its weights (named in ``by_weights``).
+            activations (M = X_Aᵀ X_B; on directions the activations never take, e.g. the
+            mean of a stream that folding centred, where M is singular, Q is taken from the
+            weights); a group none of whose tensors has a known activation site is aligned by
+            its weights (named in ``by_weights``).
         data: the inputs for ``method="activations"`` (default: ``example_input``).
         fold: fold the norm weights into their readers first (both models, with
             ``add_bias=True``: a LayerNorm's bias read by a linear map without one, GPT-2's
@@ -372,11 +374,16 @@ def _on_activations(
                 steps.assignment_step(s, cost.cpu(), b)
                 continue
             assert isinstance(s, MatrixNeuronSymmetry)
+            reference = b[s.slots[0].name]
             m = matrix_pairing(model_b, s.slots, s.width, acts_a, acts_b)
             if m is None:
                 by_weights.append(s.name)
-                m = steps.pairing(s, a, b, s.slots)
-            reference = b[s.slots[0].name]
-            q = steps.orthogonal(m.cpu(), s).to(reference.dtype).to(reference.device)
+                q = steps.orthogonal(steps.pairing(s, a, b, s.slots), s)
+            else:  # where the activations leave Q undetermined, the weights decide it
+                eps = max(torch.finfo(reference.dtype).eps, torch.finfo(m.dtype).eps)
+                q = steps.orthogonal_completed(
+                    m.cpu(), s, lambda s=s: steps.pairing(s, a, b, s.slots), eps
+                )
+            q = q.to(reference.dtype).to(reference.device)
             steps.assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
     return by_weights
