@@ -45,6 +45,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib import ticker
 from torch import Tensor, nn
 
 import paramsym as ps
@@ -330,6 +331,9 @@ def plot_quantize_lm(result: Result) -> dict[str, Any]:
         ax.axhline(floats[0], color="black", lw=0.8, ls="--", label="float")
         ax.set_xticks(range(len(schemes)), schemes)
         ax.set_yscale("log")
+        # plain numbers on the log axis (matplotlib's default labels minor ticks as 1.2×10¹)
+        ax.yaxis.set_major_formatter(ticker.LogFormatter())
+        ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))
         ax.set_ylabel("test perplexity")
         ax.set_title(family)
     axes[0][0].legend(fontsize=7)
