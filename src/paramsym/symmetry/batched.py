@@ -174,6 +174,13 @@ class MatrixBatch:
     def _apply(self, t: Tensor, axis: int, offsets: list[int], matrices: Tensor) -> None:
         """Each member's region of ``t`` ← its matrix · region along ``axis``, in place."""
         strided = self._strided(t, axis, offsets)
+        if strided is not None and axis == t.dim() - 1 and t.dim() == 2:
+            # columns of a matrix (heads side by side along its last axis): the product in the
+            # tensor's own layout, (n, rows, w) · Mᵀ, written back through the view (no copy
+            # of the region into (n, w, rows) and back: a third of a transport step)
+            columns = strided.movedim(1, 0)
+            columns.copy_(columns @ matrices.to(t.dtype).transpose(1, 2))
+            return
         if strided is None:
             index = self._index(offsets, t.device)
             region = t.index_select(axis, index).unflatten(axis, (len(offsets), self.width))
