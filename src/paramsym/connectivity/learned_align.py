@@ -25,9 +25,10 @@ import torch
 from torch import Tensor
 
 from paramsym.connectivity.alignment import AlignResult
+from paramsym.core.best_adam import adam_keep_best
 from paramsym.core.calls import call_arguments
 from paramsym.core.params import Params, stateless_call
-from paramsym.errors import InvalidArgumentError, NonFiniteError
+from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
 
@@ -142,34 +143,26 @@ def learn_alignment(
     was_training = model.training
     model.eval()
     try:
-        before = measured(generators)
-        best, best_generators = before, [g.detach().clone() for g in generators]
-        history = [(0, before)]
-        optimizer = torch.optim.Adam(generators, lr=config.lr)
-        for step in range(1, config.steps + 1):
-            optimizer.zero_grad()
-            loss = midpoint_loss(moved(generators), batches[(step - 1) % len(batches)])
-            if not torch.isfinite(loss):
-                raise NonFiniteError(
-                    f"learn_alignment: the midpoint loss is {float(loss)} at step {step}"
-                )
-            loss.backward()
-            optimizer.step()
-            if step % config.eval_every == 0 or step == config.steps:
-                value = measured(generators)
-                history.append((step, value))
-                if value < best:
-                    best, best_generators = value, [g.detach().clone() for g in generators]
+        best = adam_keep_best(
+            generators,
+            lambda batch: midpoint_loss(moved(generators), batch),
+            lambda: measured(generators),
+            batches,
+            steps=config.steps,
+            lr=config.lr,
+            eval_every=config.eval_every,
+            where="learn_alignment: the midpoint loss",
+        )
     finally:
         model.train(was_training)
     aligned = copy.deepcopy(model)
     with torch.no_grad():
-        for name, value in moved(best_generators).items():
+        for name, value in moved(best.parameters).items():
             aligned.get_parameter(name).copy_(value)
     learned = LearnedAlignment(
-        loss_before=before,
-        loss_after=best,
-        history=history,
+        loss_before=best.before,
+        loss_after=best.value,
+        history=best.history,
         steps=config.steps,
         seconds=time.perf_counter() - start_time,
     )

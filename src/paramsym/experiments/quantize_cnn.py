@@ -50,8 +50,7 @@ from torch.nn import functional
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.images import IMAGE_DATASETS, image_split
-from paramsym.experiments.merging.char_lm import learning_rate
+from paramsym.experiments.images import IMAGE_DATASETS, image_split, train_image_classifier
 from paramsym.experiments.registry import Claim, Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
 from paramsym.quantization import Quantizer, equalize, fake_quantize
@@ -213,26 +212,18 @@ def _parse_bits(spec: str) -> list[int]:
 
 
 def train_cnn(model: nn.Module, data: tuple[Tensor, Tensor], config: QuantizeCnnConfig, seed: int):
-    """AdamW on shuffled batches drawn from ``seed``; the model ends in eval mode."""
-    x, y = data
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    """AdamW on shuffled batches drawn from ``seed`` (:func:`~paramsym.experiments.images.
+    train_image_classifier`); the model ends in eval mode."""
+    train_image_classifier(
+        model,
+        data,
+        steps=config.steps,
+        lr=config.lr,
+        batch_size=config.batch_size,
+        seed=seed,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_steps,
     )
-    generator = torch.Generator().manual_seed(seed)
-    order, position = torch.randperm(x.shape[0], generator=generator), 0
-    model.train()
-    for step in range(config.steps):
-        if position + config.batch_size > x.shape[0]:
-            order, position = torch.randperm(x.shape[0], generator=generator), 0
-        index = order[position : position + config.batch_size]
-        position += config.batch_size
-        lr = learning_rate(step, config.steps, config.lr, "cosine", config.warmup_steps, 0.1)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        functional.cross_entropy(model(x[index]), y[index]).backward()
-        optimizer.step()
-    model.eval()
 
 
 def _logits(model: nn.Module, x: Tensor) -> Tensor:

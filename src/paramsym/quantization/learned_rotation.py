@@ -28,8 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from paramsym.core.best_adam import adam_keep_best
 from paramsym.core.params import output_change
-from paramsym.errors import InvalidArgumentError, NonFiniteError
+from paramsym.errors import InvalidArgumentError
 from paramsym.quantization.quantizer import Quantizer
 from paramsym.quantization.rotation import (
     ROTATIONS,
@@ -168,29 +169,21 @@ def learn_rotation(
     was_training = folded.training
     folded.eval()
     try:
-        before = measured(starts)
-        best, best_free = before, [s.detach().clone() for s in free]
-        history = [(0, before)]
-        optimizer = torch.optim.Adam(free, lr=config.lr)
-        for step in range(1, config.steps + 1):
-            optimizer.zero_grad()
-            value = loss(rotations(free), batches[(step - 1) % len(batches)])
-            if not torch.isfinite(value):
-                raise NonFiniteError(
-                    f"learn_rotation: the quantized loss is {float(value)} at step {step}"
-                )
-            value.backward()
-            optimizer.step()
-            if step % config.eval_every == 0 or step == config.steps:
-                with torch.no_grad():
-                    now = measured(rotations(free))
-                history.append((step, now))
-                if now < best:
-                    best, best_free = now, [s.detach().clone() for s in free]
+        best = adam_keep_best(
+            free,
+            lambda batch: loss(rotations(free), batch),
+            lambda: measured(rotations(free)),
+            batches,
+            steps=config.steps,
+            lr=config.lr,
+            eval_every=config.eval_every,
+            where="learn_rotation: the quantized loss",
+            before=measured(starts),
+        )
     finally:
         folded.train(was_training)
     with torch.no_grad():
-        final = rotations(best_free)
+        final = rotations(best.parameters)
     act_all(folded, groups, final)
     table = {s.name: q for s, q in zip(groups, final, strict=True)}
     seconds = time.perf_counter() - begin
@@ -202,5 +195,5 @@ def learn_rotation(
         output_change=output_change(model, folded, example_input),
         orthogonality=orthogonality(table),
     )
-    learned = LearnedRotation(before, best, history, config.steps, seconds)
+    learned = LearnedRotation(best.before, best.value, best.history, config.steps, seconds)
     return result, learned

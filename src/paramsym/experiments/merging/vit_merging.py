@@ -25,8 +25,7 @@ from torch.nn import functional
 import paramsym as ps
 import paramsym.data
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.images import IMAGE_DATASETS, image_split
-from paramsym.experiments.merging.char_lm import decay_groups, learning_rate
+from paramsym.experiments.images import IMAGE_DATASETS, image_split, train_image_classifier
 from paramsym.experiments.merging.pairs import (
     FUNCTION,
     LEARNED,
@@ -116,27 +115,21 @@ def classification_loss(output: Any, targets: Tensor) -> Tensor:
 
 
 def train_vit(model: nn.Module, data: tuple[Tensor, Tensor], config: VitMergingConfig, seed: int):
-    """AdamW (weight decay on matrices only) on shuffled batches drawn from ``seed``."""
-    x, y = data
-    groups = decay_groups(list(model.parameters()), config.weight_decay)
-    optimizer = torch.optim.AdamW(groups, lr=config.lr)
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(x.shape[0], generator=generator)
-    position = 0
-    model.train()
-    for step in range(config.steps):
-        if position + config.batch_size > x.shape[0]:
-            order, position = torch.randperm(x.shape[0], generator=generator), 0
-        index = order[position : position + config.batch_size]
-        position += config.batch_size
-        lr = learning_rate(step, config.steps, config.lr, "cosine", config.warmup_steps, 0.1)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        classification_loss(model(pixel_values=x[index]), y[index]).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-    model.eval()
+    """AdamW (weight decay on matrices only, gradients clipped to norm 1) on shuffled batches
+    drawn from ``seed`` (:func:`~paramsym.experiments.images.train_image_classifier`)."""
+    train_image_classifier(
+        model,
+        data,
+        steps=config.steps,
+        lr=config.lr,
+        batch_size=config.batch_size,
+        seed=seed,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_steps,
+        decay_matrices_only=True,
+        logits=lambda m, x: m(pixel_values=x).logits,
+        clip_grad_norm=1.0,
+    )
 
 
 def _batches(x: Tensor, y: Tensor, size: int) -> list[tuple[dict[str, Tensor], Tensor]]:
