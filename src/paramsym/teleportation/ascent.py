@@ -39,6 +39,7 @@ from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import GroupElement, Symmetry
+from paramsym.teleportation.gram_surrogate import gram_surrogates, squared_norm
 from paramsym.teleportation.objectives import (
     Batch,
     GradNorm,
@@ -294,6 +295,7 @@ class TransportAscent(AscentPath):
             weights = None  # of_gradient names the missing entry
         self.weights = weights
         self.moving = [i for i, s in enumerate(orbit.symmetries) if not s.translation]
+        self.constants: dict[str, float] = {}  # of the Gram surrogates (gram_surrogate.py)
 
     def _point(
         self,
@@ -309,7 +311,9 @@ class TransportAscent(AscentPath):
             for k in changed if previous is not None else loss_gradient:
                 flat = loss_gradient[k].reshape(-1)
                 if isinstance(self.weights, float):
-                    parts[k] = self.weights * float(torch.dot(flat, flat))
+                    parts[k] = self.weights * (
+                        float(torch.dot(flat, flat)) + self.constants.get(k, 0.0)
+                    )
                 else:
                     parts[k] = float(torch.dot(self.weights[k].reshape(-1) * flat, flat))
             value = math.fsum(parts.values())
@@ -351,6 +355,14 @@ class TransportAscent(AscentPath):
     def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
         self.theta = {k: v.detach() for k, v in params.items()}
         _, gradient = self.loss_and_gradient(self.theta)
+        if isinstance(self.weights, float):  # J = w‖v‖²: the steps read only Grams of v
+            moving = set(self.moving)
+            units = [
+                unit
+                for unit, members in zip(self.orbit.units, self.orbit.members, strict=True)
+                if moving.intersection(members)
+            ]
+            gradient, self.constants = gram_surrogates(units, gradient)
         point = self._point(gradient)
         point.grad_norm = self._gradient_norm(point)
         point.covectors = list(covectors)
@@ -361,7 +373,7 @@ class TransportAscent(AscentPath):
         if isinstance(self.objective, GradNorm):
             return math.sqrt(max(point.value, 0.0))
         assert point.loss_gradient is not None
-        return norm(point.loss_gradient)
+        return math.sqrt(squared_norm(point.loss_gradient, self.constants))
 
     def advance(self, point: Point, xis: Sequence[Tensor]) -> Point:
         """∇L carried through the step's elements (θ stays, see :meth:`finish`)."""
