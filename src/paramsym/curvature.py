@@ -216,7 +216,10 @@ class HessianOperator:
         _check_vector(v, self._leaves)
         return self._product(v)
 
-    def _product(self, v: Mapping[str, Tensor]) -> Params:
+    def _product(self, v: Mapping[str, Tensor], *, last: bool = False) -> Params:
+        """H v; ``last=True`` for an operator's only product (:func:`hvp`): the graph's saved
+        tensors are then freed node by node as the backward pass runs, so that later nodes
+        reuse their memory (the same values; the peak, reached before, is unchanged)."""
         names = list(self._leaves)
         self.num_matvecs += 1
         if not self._curved:
@@ -228,7 +231,7 @@ class HessianOperator:
                 outputs,
                 list(self._leaves.values()),
                 grad_outputs=cotangents,
-                retain_graph=True,
+                retain_graph=not last,
                 allow_unused=True,
                 materialize_grads=True,
             )
@@ -309,7 +312,7 @@ def hvp(
             raise_without_forward_mode(err, method)
             raise
     if method in ("auto", "reverse_over_reverse", "reverse_over_forward"):
-        return HessianOperator(model, loss_fn, batch, point)._product(v)
+        return HessianOperator(model, loss_fn, batch, point)._product(v, last=True)
     check_finite(point, "hvp: params")
     loss = loss_function(model, loss_fn, batch)
     try:
