@@ -48,7 +48,7 @@ from paramsym.connectivity.activations import permutation_cost as activation_cos
 from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, output_change
 from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
-from paramsym.symmetry.base import Slot, Symmetry
+from paramsym.symmetry.base import NeuronSymmetry, Slot, Symmetry
 from paramsym.symmetry.discrete import NeuronPermutation
 from paramsym.symmetry.fold import fold_norms
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
@@ -170,7 +170,7 @@ def _selected(found: Sequence[Symmetry], groups: str) -> tuple[list, list]:
 
 
 def _clean_slots(
-    s: MatrixNeuronSymmetry, others: Sequence[Symmetry], shapes: Mapping[str, torch.Size]
+    s: MatrixNeuronSymmetry, others: Sequence[NeuronSymmetry], shapes: Mapping[str, torch.Size]
 ) -> list[Slot]:
     """``s``'s slots on tensors whose other axes no other group moves (the embeddings of the
     stream): the first sweep's Procrustes reads only these, where there are any."""
@@ -356,7 +356,7 @@ def _on_activations(
     by_weights: list[str] = []
     # groups with blocks of one size do not move each other's neurons: one capture of B
     # serves them all (whole key/value groups first, then the heads in them, then units)
-    stages: list[list[Symmetry]] = []
+    stages: list[list[NeuronSymmetry]] = []
     for p in perms:
         if stages and max(t.block for t in stages[-1][0].slots) == max(t.block for t in p.slots):
             stages[-1].append(p)
@@ -381,9 +381,11 @@ def _on_activations(
                 q = steps.orthogonal(steps.pairing(s, a, b, s.slots), s)
             else:  # where the activations leave Q undetermined, the weights decide it
                 eps = max(torch.finfo(reference.dtype).eps, torch.finfo(m.dtype).eps)
-                q = steps.orthogonal_completed(
-                    m.cpu(), s, lambda s=s: steps.pairing(s, a, b, s.slots), eps
-                )
+
+                def weights(s: MatrixNeuronSymmetry = s) -> torch.Tensor:
+                    return steps.pairing(s, a, b, s.slots)
+
+                q = steps.orthogonal_completed(m.cpu(), s, weights, eps)
             q = q.to(reference.dtype).to(reference.device)
             steps.assign(b, s.act({k: b[k] for k in s.parameter_names}, q))
     return by_weights

@@ -40,8 +40,9 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import matplotlib.pyplot as plt
 import torch
@@ -163,16 +164,25 @@ def _model(config: QuantizeLMConfig, family: str, vocab: int, seed: int) -> nn.M
         return char_gpt2(
             vocab, config.block_size, **sizes, overrides={"tie_word_embeddings": False}
         )
-    return char_llama(vocab, config.block_size, **sizes)
+    return char_llama(
+        vocab,
+        config.block_size,
+        width=config.width,
+        layers=config.layers,
+        heads=config.heads,
+        seed=seed,
+    )
 
 
 def _held_tensors(model: nn.Module, site: str) -> list[nn.Parameter]:
     """The tensors whose channel the outlier is held in: the token embedding (``"stream"``)
     or every norm layer's gain (``"norm"``: LayerNorm, Hugging Face's RMSNorms)."""
     if site == "stream":
-        return [model.get_input_embeddings().weight]
+        # a Hugging Face model (char_gpt2, char_llama): its token embedding module
+        get_embeddings = cast(Callable[[], nn.Module], model.get_input_embeddings)
+        return [cast(nn.Parameter, get_embeddings().weight)]
     return [
-        m.weight
+        cast(nn.Parameter, m.weight)
         for m in model.modules()
         if isinstance(m, nn.LayerNorm) or type(m).__name__.endswith("RMSNorm")
     ]
@@ -397,7 +407,7 @@ _PAPER: dict[str, Any] = {
     "steps": 5000, "block_size": 128, "lr": 1e-3, "learned_steps": 800, "eval_blocks": 512,
 }  # fmt: skip
 
-run_quantize_lm = experiment(
+experiment(
     "quantize-lm",
     seed_ref="notes 005 §7, beyond the seeds: QuaRot, SpinQuant, SmoothQuant",
     description=(

@@ -128,12 +128,14 @@ def rotatable(
         and s.preserves == "function"
         and not s.data_dependent
     ]
-    streams = [
+    streams: list[MatrixNeuronSymmetry] = [
         s
         for s in exact
         if isinstance(s, HiddenOrthogonal) and all(t.offset is None for t in s.slots)
     ]
-    values = [s for s in exact if isinstance(s, ValueOutputGL)] if heads else []
+    values: list[MatrixNeuronSymmetry] = (
+        [s for s in exact if isinstance(s, ValueOutputGL)] if heads else []
+    )
     return streams, values
 
 

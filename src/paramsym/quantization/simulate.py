@@ -23,7 +23,7 @@ import copy
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -164,7 +164,8 @@ def fake_quantize(
     if weights is not None:
         with torch.no_grad():
             for module in modules.values():
-                module.weight.copy_(quantize_weight(module, module.weight, weights))
+                weight = cast(Tensor, module.weight)  # readers all have a weight tensor
+                weight.copy_(quantize_weight(module, weight, weights))
     if activations is not None:
         for module in modules.values():
             module.register_forward_pre_hook(

@@ -14,6 +14,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -310,18 +311,25 @@ class FusedAdam:
         """One Adam update of the parameters from their ``grad``; as ``torch.optim.Adam``, a
         parameter without a gradient is left alone and its step count is not advanced."""
         grads = [p.grad for p in self.parameters]
-        state = (self.parameters, grads, self.exp_avgs, self.exp_avg_sqs, self.steps)
+        # the gradients left after dropping the parameters without one are all tensors
+        state: tuple[list[Tensor], ...] = (
+            self.parameters,
+            cast(list[Tensor], grads),
+            self.exp_avgs,
+            self.exp_avg_sqs,
+            self.steps,
+        )
         if any(g is None for g in grads):
             kept = [i for i, g in enumerate(grads) if g is not None]
             state = tuple([tensors[i] for i in kept] for tensors in state)
-        parameters, grads, exp_avgs, exp_avg_sqs, steps = state
+        parameters, present_grads, exp_avgs, exp_avg_sqs, steps = state
         if not parameters:
             return
         with torch.no_grad():
             torch._foreach_add_(steps, 1)
             torch._fused_adam_(
                 parameters,
-                grads,
+                present_grads,
                 exp_avgs,
                 exp_avg_sqs,
                 [],

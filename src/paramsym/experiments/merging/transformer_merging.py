@@ -88,7 +88,14 @@ def _model(config: TransformerMergingConfig, vocab: int, seed: int) -> nn.Module
             vocab, config.block_size, **sizes, overrides={"tie_word_embeddings": False}
         )
     if config.family == "llama":
-        return char_llama(vocab, config.block_size, **sizes)
+        return char_llama(
+            vocab,
+            config.block_size,
+            width=config.width,
+            layers=config.layers,
+            heads=config.heads,
+            seed=seed,
+        )
     raise InvalidArgumentError(
         f"transformer-merging: family must be 'gpt2' or 'llama', got {config.family!r}"
     )

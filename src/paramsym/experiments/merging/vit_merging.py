@@ -102,7 +102,7 @@ def vit(config: VitMergingConfig, image: tuple[int, int], classes: int, seed: in
         image_size=side,
         patch_size=config.patch,
         num_channels=channels,
-        num_labels=classes,
+        num_labels=classes,  # type: ignore[call-arg]  # a PretrainedConfig kwarg the stub omits
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -168,7 +168,7 @@ def run_vit_merging(config: VitMergingConfig, progress: Progress) -> Result:
         return measure(task, config.pairs, config.seed, progress, notes)
 
 
-run_vit_merging = experiment(
+experiment(
     "vit-merging",
     seed_ref="dissertation ch. 3 (mode connectivity), beyond it: Theus et al. 2025",
     description=(

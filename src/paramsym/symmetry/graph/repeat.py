@@ -192,10 +192,10 @@ class _Layout:
         if x in self.param_block or y in self.param_block:
             bx, by = self.param_block.get(x), self.param_block.get(y)
             return bx is not None and by is not None and (bx[0], by[0]) == (b, 1) and bx[1] == by[1]
-        bx, by = self.block_of.get(x), self.block_of.get(y)
-        if bx is None or by is None:
+        ix, iy = self.block_of.get(x), self.block_of.get(y)
+        if ix is None or iy is None:
             return x is y  # read before the blocks: the same tensor for every block
-        return bx - by == b - 1 and self.position[x] == self.position[y]
+        return ix - iy == b - 1 and self.position[x] == self.position[y]
 
 
 def _block_index(name: str, prefix: str) -> tuple[int, str] | None:
@@ -314,7 +314,8 @@ class _Builder:
 
     def _block(self, j: int, previous: list[Node]) -> list[Node]:
         t = self._template(j)
-        layout, local = self.layout, {}
+        layout = self.layout
+        local: dict[Node, Node] = {}
         copied = []
         for node in layout.blocks[t]:
             new = self.graph.node_copy(node, self._arg((t, j, local), previous))

@@ -20,8 +20,11 @@ writer whose parameters are used anywhere else (a tied embedding) is left out.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, cast
 
 from torch.fx import Node
+from torch.fx.node import Argument
 
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.trace import TracedGraph
@@ -43,7 +46,7 @@ def _shape(node: object) -> tuple[int, ...] | None:
     return tuple(int(s) for s in shape) if shape is not None else None
 
 
-def _sources(node: Node, axis: int) -> list[tuple[Node, int]] | None:
+def _sources(node: Any, axis: int) -> list[tuple[Node, int]] | None:
     """The operands of a pass-through ``node`` that carry its feature axis ``axis`` (≥ 0, in
     ``node``'s output), with the axis in each; ``None`` when ``node`` does not pass a
     translation of that axis through (a view that moves or splits it, a broadcast across it,
@@ -54,7 +57,7 @@ def _sources(node: Node, axis: int) -> list[tuple[Node, int]] | None:
         return None
     if name in _PASS:
         operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
-        found = []
+        found: list[tuple[Node, int]] = []
         for operand in operands:
             shape = _shape(operand)
             if shape is None:  # a Python number: closedness decides
@@ -64,9 +67,14 @@ def _sources(node: Node, axis: int) -> list[tuple[Node, int]] | None:
                 return None  # broadcast across the features
             found.append((operand, inner))
         return found
-    source = node.args[0] if node.args else None
+    if name == "cat":
+        dim = (node.args[1] if len(node.args) > 1 else 0) % len(out)
+        if dim == axis:
+            return None
+        return [(t, axis) for t in node.args[0] if isinstance(t, Node)]
+    source: Any = node.args[0] if node.args else None
     shape = _shape(source)
-    if shape is None and name != "cat":
+    if shape is None:
         return None
     if name in _VIEWS:
         # the feature axis must stay last with the same size (a view that keeps it whole)
@@ -90,15 +98,10 @@ def _sources(node: Node, axis: int) -> list[tuple[Node, int]] | None:
     if name == "expand":
         inner = axis - (len(out) - len(shape))
         return [(source, inner)] if inner >= 0 and shape[inner] == out[axis] else None
-    if name == "cat":
-        dim = (node.args[1] if len(node.args) > 1 else 0) % len(out)
-        if dim == axis:
-            return None
-        return [(t, axis) for t in node.args[0] if isinstance(t, Node)]
     return None
 
 
-def _writes(node: Node, axis: int, traced: TracedGraph) -> bool:
+def _writes(node: Any, axis: int, traced: TracedGraph) -> bool:
     """Whether ``node`` writes into the stream on its feature axis ``axis``: a linear map or
     embedding (features last), an ungrouped convolution (channels), or a parameter."""
     if node.op == "placeholder":  # a parameter used here only (a tied one is left out)
@@ -117,7 +120,7 @@ def _stream(
     computed from through ops that pass a translation along the features."""
     stream: dict[Node, int] = {}
     writers: dict[Node, int] = {}
-    frontier = []
+    frontier: list[tuple[Any, int]] = []
     for n in graph_nodes:
         shape = _shape(n.args[0]) if n.args else None
         if (
@@ -219,7 +222,7 @@ def _closed(component: set[Node], written: set[Node], writers: dict[Node, int]) 
             continue
         name = op_name(node)
         if name == "cat":
-            operands = tuple(node.args[0])
+            operands = tuple(cast(Sequence[Argument], node.args[0]))
         else:
             operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
         if any(not isinstance(a, Node) or a not in component for a in operands):
@@ -245,6 +248,8 @@ def _writer_entries(
     """(parameter, feature axis, translation size) of a writer's weight and bias (or of the
     parameter itself, written on its axis ``axis``), or nothing when they are not parameters
     used by this op alone."""
+    weight: Argument
+    bias: Argument
     if writer.op == "placeholder":
         weight, bias, feature_axis = writer, None, axis
     else:
