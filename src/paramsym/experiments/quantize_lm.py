@@ -52,7 +52,7 @@ from torch import Tensor, nn
 import paramsym as ps
 from paramsym.core.params import output_change
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.merging.char_lm import char_gpt2, char_llama, train_char_lm
+from paramsym.experiments.merging.char_lm import char_model, train_char_lm
 from paramsym.experiments.merging.transformer_merging import (
     corpus_of,
     evenly_spaced_batches,
@@ -159,19 +159,10 @@ def _check(config: QuantizeLMConfig) -> None:
 
 
 def _model(config: QuantizeLMConfig, family: str, vocab: int, seed: int) -> nn.Module:
-    sizes = {"width": config.width, "layers": config.layers, "heads": config.heads, "seed": seed}
-    if family == "gpt2":
-        return char_gpt2(
-            vocab, config.block_size, **sizes, overrides={"tie_word_embeddings": False}
-        )
-    return char_llama(
-        vocab,
-        config.block_size,
-        width=config.width,
-        layers=config.layers,
-        heads=config.heads,
-        seed=seed,
-    )
+    return char_model(
+        family, vocab, config.block_size, width=config.width, layers=config.layers,
+        heads=config.heads, seed=seed, where="quantize-lm",
+    )  # fmt: skip
 
 
 def _held_tensors(model: nn.Module, site: str) -> list[nn.Parameter]:

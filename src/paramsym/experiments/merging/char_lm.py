@@ -207,6 +207,24 @@ def char_llama(
     return model  # type: ignore[return-value]
 
 
+def char_model(
+    family: str, vocab_size: int, block_size: int, *, width: int, layers: int, heads: int,
+    seed: int, where: str,
+) -> nn.Module:  # fmt: skip
+    """The character model of ``family`` the merging and quantization experiments train:
+    :func:`char_gpt2` with an untied head (a tied head keeps the final norm from folding into
+    it) or :func:`char_llama`; another family is an :class:`InvalidArgumentError` naming
+    ``where``."""
+    sizes = {"width": width, "layers": layers, "heads": heads, "seed": seed}
+    if family == "gpt2":
+        return char_gpt2(vocab_size, block_size, **sizes, overrides={"tie_word_embeddings": False})
+    if family == "llama":
+        return char_llama(
+            vocab_size, block_size, width=width, layers=layers, heads=heads, seed=seed
+        )
+    raise InvalidArgumentError(f"{where}: family must be 'gpt2' or 'llama', got {family!r}")
+
+
 # --------------------------------------------------------------------------- training
 
 

@@ -26,7 +26,7 @@ from torch.nn import functional
 import paramsym as ps
 from paramsym.data.text import CharCorpus, contiguous_blocks, stdlib_text, text_file
 from paramsym.errors import InvalidArgumentError
-from paramsym.experiments.merging.char_lm import char_gpt2, char_llama, train_char_lm
+from paramsym.experiments.merging.char_lm import char_model, train_char_lm
 from paramsym.experiments.merging.pairs import CLAIMS, PairTask, measure, plot_chords
 from paramsym.experiments.registry import Progress, Result, experiment
 from paramsym.experiments.threads import torch_threads
@@ -82,23 +82,10 @@ def corpus_of(text_file_name: str | None, data_dir: str | None) -> CharCorpus:
 
 
 def _model(config: TransformerMergingConfig, vocab: int, seed: int) -> nn.Module:
-    sizes = {"width": config.width, "layers": config.layers, "heads": config.heads, "seed": seed}
-    if config.family == "gpt2":
-        return char_gpt2(
-            vocab, config.block_size, **sizes, overrides={"tie_word_embeddings": False}
-        )
-    if config.family == "llama":
-        return char_llama(
-            vocab,
-            config.block_size,
-            width=config.width,
-            layers=config.layers,
-            heads=config.heads,
-            seed=seed,
-        )
-    raise InvalidArgumentError(
-        f"transformer-merging: family must be 'gpt2' or 'llama', got {config.family!r}"
-    )
+    return char_model(
+        config.family, vocab, config.block_size, width=config.width, layers=config.layers,
+        heads=config.heads, seed=seed, where="transformer-merging",
+    )  # fmt: skip
 
 
 def next_char_loss(output: Any, targets: Tensor) -> Tensor:
