@@ -274,7 +274,7 @@ def test_a_float32_pair_takes_the_float64_pairs_steps() -> None:
 def test_a_steps_gain_is_exact_against_the_recomputed_objective(moved) -> None:
     """``_exact_gain`` (float64 dots of the moved rows of a float32 model) is J(new) − J(old),
     J recomputed in float64 from scratch (exact products), whether a few or all rows move."""
-    from paramsym.connectivity.matching_descent import _cost_matrix, _exact_gain
+    from paramsym.connectivity.matching_descent import _CostMatrices, _exact_gain, _Solved
 
     widths = [8, 40, 40, 3]
     model = _mlp(widths, seed=61).float()
@@ -290,13 +290,101 @@ def test_a_steps_gain_is_exact_against_the_recomputed_objective(moved) -> None:
     new[chosen] = old[chosen[torch.randperm(moved, generator=g)]]
     base = apply_permutations(b32, spec, others)
     current = actions[group].act(base, old)
-    slots = [slot for slot in actions[group].slots if slot.name not in spec.unmatched]
-    _, rows = _cost_matrix(slots, a32, current, len(old), old)
+    matched = _matched_slots(spec, actions)
+    costs = _CostMatrices(_Solved(actions, matched))
+    _, rows = costs(group, matched[group], a32, current, len(old), old)
     gain = _exact_gain(rows, old, new)
     before = matching_objective(a32, current, spec)
     after = matching_objective(a32, actions[group].act(base, new), spec)
     assert (gain == 0.0) == torch.equal(new, old)
     assert gain == pytest.approx(after - before, rel=1e-12, abs=1e-14 * abs(before))
+
+
+def _matched_slots(spec: PermutationSpec, actions) -> dict[str, list]:
+    return {
+        group: [slot for slot in action.slots if slot.name not in spec.unmatched]
+        for group, action in actions.items()
+    }
+
+
+def _gpt_pair(seed_a: int = 1, seed_b: int = 2):
+    from paramsym.nn import zoo
+
+    def build(seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return zoo.GPTStyle(vocab=11, context=8, width=8, heads=2, layers=2).to(F64).eval()
+
+    return build(seed_a), build(seed_b), torch.randint(0, 11, (2, 8), generator=_gen(3))
+
+
+def test_kept_cost_matrix_parts_are_recomputed_when_a_neighbour_moves(monkeypatch) -> None:
+    """A kept part of the residual stream's cost matrix (``_CostMatrices``) is reused while
+    the groups acting on its tensors stand still and recomputed when one moves: the matrix
+    then equals one computed from scratch, and its assignment sums give J's differences
+    (oracle: J recomputed from scratch for two permutations of the stream)."""
+    from paramsym.connectivity import matching_descent as descent
+
+    monkeypatch.setattr(descent, "KEEP_RATIO", 0)  # keep every part of every linear group
+    model_a, model_b, x = _gpt_pair()
+    spec = permutation_spec(model_a, x)
+    a, b = ps.params_of(model_a), ps.params_of(model_b)
+    actions = spec.actions(b)
+    matched = _matched_slots(spec, actions)
+    solved = descent._Solved(actions, matched)
+    costs = descent._CostMatrices(solved)
+    stream = max(actions, key=lambda g: len(solved.neighbours[g]))  # reads every weight
+    assert len(solved.neighbours[stream]) >= 4
+    neighbour = solved.neighbours[stream][0]
+    width = actions[stream].width
+    identity = torch.arange(width)
+    before, _ = costs(stream, matched[stream], a, b, width, identity)
+    assert len(costs.kept) >= 2  # parts kept: some depend on the neighbour, some on nothing
+
+    moved = torch.randperm(actions[neighbour].width, generator=_gen(5))
+    current = actions[neighbour].act(b, moved)
+    stale, _ = costs(stream, matched[stream], a, current, width, identity)
+    assert (stale == before).all()  # nobody said the neighbour moved: the kept parts answer
+    solved.changed(neighbour)
+    after, _ = costs(stream, matched[stream], a, current, width, identity)
+    fresh, _ = descent._CostMatrices(descent._Solved(actions, matched))(
+        stream, matched[stream], a, current, width, identity
+    )
+    assert abs(after - before).max() > 1e-3 * abs(before).max()  # the neighbour mattered
+    assert abs(after - fresh).max() <= 1e-13 * abs(fresh).max()
+    p, q = (torch.randperm(width, generator=_gen(s)) for s in (6, 7))
+    from_cost = float(sum(after[i, p[i]] - after[i, q[i]] for i in range(width)))
+    others = {neighbour: moved}
+    exact = _objective_with(spec, a, b, {**others, stream: p}) - _objective_with(
+        spec, a, b, {**others, stream: q}
+    )
+    assert from_cost == pytest.approx(exact, rel=1e-10)
+
+
+def test_kept_cost_matrix_parts_give_the_descent_without_them(monkeypatch) -> None:
+    """Weight matching with every part of every cost matrix kept (``KEEP_RATIO = 0``) takes
+    the same steps as with none kept, on a residual stack where the stream reads every
+    weight, and computes fewer matrix products."""
+    from paramsym.connectivity import matching_descent as descent
+
+    model_a, model_b, x = _gpt_pair()
+    products = []
+    original = descent._product
+
+    def counted(pairs, width, undo):
+        products.append(sum(a.numel() for a, _ in pairs) * width)
+        return original(pairs, width, undo)
+
+    monkeypatch.setattr(descent, "_product", counted)
+    runs = {}
+    for ratio in (0, math.inf):
+        monkeypatch.setattr(descent, "KEEP_RATIO", ratio)
+        products.clear()
+        runs[ratio] = (weight_matching(model_a, model_b, example_input=x), sum(products))
+    (kept, kept_work), (fresh, fresh_work) = runs[0], runs[math.inf]
+    assert kept.iterations == fresh.iterations >= 2
+    assert kept.history == pytest.approx(fresh.history, rel=1e-14)
+    assert all(torch.equal(kept.permutations[g], fresh.permutations[g]) for g in kept.permutations)
+    assert kept_work < fresh_work
 
 
 def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> None:
@@ -305,22 +393,16 @@ def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> Non
     every matrix and assignment, on a residual stack where one stream permutation reads every
     weight."""
     from paramsym.connectivity import matching_descent as descent
-    from paramsym.nn import zoo
 
-    def pair(seed: int) -> torch.nn.Module:
-        torch.manual_seed(seed)
-        return zoo.GPTStyle(vocab=11, context=8, width=8, heads=2, layers=2).to(F64).eval()
-
-    a, b = pair(1), pair(2)
-    x = torch.randint(0, 11, (2, 8), generator=_gen(3))
+    a, b, x = _gpt_pair()
     calls = []
-    original = descent._cost_matrix
+    original = descent._CostMatrices.__call__
 
-    def counted(*args, **kwargs):
+    def counted(self, *args, **kwargs):
         calls.append(1)
-        return original(*args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(descent, "_cost_matrix", counted)
+    monkeypatch.setattr(descent._CostMatrices, "__call__", counted)
     kept = weight_matching(a, b, example_input=x)
     with_cache = len(calls)
     monkeypatch.setattr(descent._Solved, "current", lambda self, group: False)

@@ -3,7 +3,7 @@ permutation at a time by an exact linear assignment, until a sweep changes nothi
 
 J(P) = Σ_k ⟨θ_A[k], (P·θ_B)[k]⟩ is linear in one group's permutation when the others are
 fixed (unless the group permutes two axes of one tensor), so each step solves a linear
-assignment on the group's cost matrix (:func:`_cost_matrix`) with
+assignment on the group's cost matrix (:class:`_CostMatrices`) with
 ``scipy.optimize.linear_sum_assignment``. A group solved on a cost matrix that has not changed
 since is skipped (:class:`_Solved`). :func:`~paramsym.connectivity.matching.weight_matching`
 is the public entry point; this module is its inner loop.
@@ -68,56 +68,121 @@ def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
     return t.movedim(slot.axis, 0).reshape(width, -1)
 
 
-def _cost_matrix(
-    slots: Sequence[Slot],
-    state_a: Mapping[str, Tensor],
-    current: Mapping[str, Tensor],
-    width: int,
-    p: Tensor,
-) -> tuple[np.ndarray, list[tuple[Tensor, Tensor]]]:
-    """(C, rows): C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the group's own
-    permutation undone⟩,
-    so that J = const + Σ_i C[i, p(i)], over the matched ``slots``; ``current`` is θ_B.
-
-    Each slot's product is taken in the models' dtype (float32 at least) and the slots are
-    summed in float64: float64 products of float32 models (twice the work, and a widened copy
-    of each slot) were most of weight matching's time on GPT-2-small. In a float32 model the
-    assignment thus sees C to float32 rounding; whether its step gains is decided exactly
-    (:func:`_exact_gain`, from ``rows``: each slot's rows of θ_A and of θ_B, ``(width, -1)``)."""
-    cost = torch.zeros(width, width, dtype=torch.float64)
-    rows = []
-    for slot in slots:
-        a = _neuron_rows(state_a[slot.name], slot, width)
-        b = _neuron_rows(current[slot.name], slot, width)
-        work = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
-        cost += (a.to(work) @ b.to(work).T).double().cpu()
-        rows.append((a, b))
-    undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
-    return cost[:, undo].numpy(), rows
+def _product(pairs: Sequence[tuple[Tensor, Tensor]], width: int, undo: Tensor) -> Tensor:
+    """Σ over ``pairs`` of ``a @ b[undo]ᵀ`` (each a slot's ``(width, -1)`` rows of θ_A and θ_B)
+    as one matrix product of the rows laid side by side, in the models' dtype (float32 at
+    least), returned in float64: ``(width, width)``. θ_B's rows are put in ``undo``'s order
+    before the product where they are fewer than two float64 matrices' entries (a 3072-wide
+    FFN), else the product's columns after it (the residual stream, which reads every weight)."""
+    work = torch.float32
+    for a, b in pairs:
+        work = torch.promote_types(work, torch.promote_types(a.dtype, b.dtype))
+    before = sum(b.numel() for _, b in pairs) < 2 * width**2
+    index = undo.to(pairs[0][1].device)
+    a = torch.cat([a.to(work) for a, _ in pairs], dim=1) if len(pairs) > 1 else pairs[0][0]
+    b = torch.cat([b.to(work) for _, b in pairs], dim=1) if len(pairs) > 1 else pairs[0][1]
+    product = a.to(work) @ (b.index_select(0, index) if before else b).to(work).T
+    product = product.double().cpu()
+    return product if before else product[:, undo]
 
 
-ROW_CHUNK = 64
-"""Rows widened to float64 at a time by :func:`_exact_gain`."""
+KEEP_RATIO = 4
+"""A part of a group's cost matrix is kept between sweeps when its slots hold at least this many
+entries per entry of the matrix (:class:`_CostMatrices`); the kept float64 parts then take at
+most 2/``KEEP_RATIO`` of the float32 parameters' bytes."""
+
+
+class _CostMatrices:
+    """The groups' cost matrices (C[i, j] = Σ_slots ⟨row i of θ_A, row j of θ_B with the
+    group's own permutation undone⟩, so that J = const + Σ_i C[i, p(i)]), computed part by part.
+
+    A group's slots are split into parts by the other groups that move them (``_Solved``). A
+    group that permutes one axis of each tensor (``linear``) has, in θ_B's original neuron
+    order, a part that depends only on those other groups' permutations; a large part (the
+    token embedding in the residual stream's matrix, 31% of GPT-2-small's weights, which no
+    other group moves) is kept with the versions of the groups it depends on (``_Solved``) and
+    reused until one of them changes. The other parts are summed in one matrix product, in
+    the models' dtype (float32 at least; twice the work and a widened copy of each slot in
+    float64), and the parts are summed in float64. A float32 model's assignment thus sees C to
+    float32 rounding; whether its step gains is decided exactly (:func:`_exact_gain`).
+    """
+
+    def __init__(self, solved: _Solved) -> None:
+        self.solved = solved
+        self.parts: dict[str, dict[tuple[str, ...], list[int]]] = {}
+        for group, moving in solved.moving.items():
+            parts: dict[tuple[str, ...], list[int]] = defaultdict(list)
+            for index, others in enumerate(moving):
+                parts[others].append(index)
+            self.parts[group] = dict(parts)
+        self.kept: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, ...], Tensor]] = {}
+
+    def __call__(
+        self,
+        group: str,
+        slots: Sequence[Slot],
+        state_a: Mapping[str, Tensor],
+        current: Mapping[str, Tensor],
+        width: int,
+        p: Tensor,
+    ) -> tuple[np.ndarray, list[tuple[Tensor, Tensor]]]:
+        """(C, rows) of ``group`` over its matched ``slots``, where ``current`` is θ_B with
+        the group's permutation ``p`` applied; ``rows``: each slot's ``(width, -1)`` rows of θ_A
+        and of θ_B (views where the layout allows), for :func:`_exact_gain`."""
+        rows = [
+            (
+                _neuron_rows(state_a[slot.name], slot, width),
+                _neuron_rows(current[slot.name], slot, width),
+            )
+            for slot in slots
+        ]
+        undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
+        cost = torch.zeros(width, width, dtype=torch.float64)
+        fresh = []
+        for others, indices in self.parts[group].items():
+            pairs = [rows[i] for i in indices]
+            if (
+                not self.solved.linear[group]
+                or sum(a.numel() for a, _ in pairs) < KEEP_RATIO * width**2
+            ):
+                fresh.extend(pairs)
+                continue
+            versions = tuple(self.solved.version[h] for h in others)
+            kept = self.kept.get((group, others))
+            if kept is None or kept[0] != versions:
+                kept = (versions, _product(pairs, width, undo))
+                self.kept[(group, others)] = kept
+            cost += kept[1]
+        if fresh:
+            cost += _product(fresh, width, undo)
+        return cost.numpy(), rows
 
 
 def _exact_gain(rows: Sequence[tuple[Tensor, Tensor]], old: Tensor, new: Tensor) -> float:
-    """Σ_i C[i, new(i)] − C[i, old(i)] (:func:`_cost_matrix`'s C and ``rows``), over the rows
+    """Σ_i C[i, new(i)] − C[i, old(i)] (:class:`_CostMatrices`' C and ``rows``), over the rows
     that change, each entry a float64 dot of two rows (exact products): J's change when the
-    group's permutation goes from ``old`` to ``new``, where J is linear in it."""
+    group's permutation goes from ``old`` to ``new``, where J is linear in it.
+
+    The rows are read a block of columns at a time (at most ``CHUNK`` float64 entries per
+    operand): a slot on the second axis of a tensor (the residual stream's columns of the
+    token embedding) is then read in contiguous blocks of the tensor's rows, not gathered
+    strided row by strided row."""
     changed = (new != old).nonzero().flatten()
     if changed.numel() == 0:
         return 0.0
     partner = torch.argsort(old)[new[changed]]  # current row argsort(old)[j]: θ_B's row j
     everything = changed.numel() == len(old)  # all rows move: no gathers of A's or B's rows
+    step = max(1, CHUNK // changed.numel())
     total = 0.0
     for a, b in rows:
         index, other = changed.to(a.device), partner.to(b.device)
-        kept = b if everything else b.index_select(0, index)
-        mine = a if everything else a.index_select(0, index)
-        for start in range(0, len(index), ROW_CHUNK):  # float64 copies of a few rows at a time
-            part = slice(start, start + ROW_CHUNK)
-            moved = b.index_select(0, other[part]).double() - kept[part].double()
-            total += float(torch.sum(mine[part].double() * moved))
+        for start in range(0, a.shape[1], step):
+            a_part, b_part = a[:, start : start + step], b[:, start : start + step]
+            mine = a_part if everything else a_part.index_select(0, index)
+            kept = b_part if everything else b_part.index_select(0, index)
+            moved = b_part.index_select(0, other).double()
+            moved -= kept.double()
+            total += float(torch.dot(mine.double().reshape(-1), moved.reshape(-1)))
     return total
 
 
@@ -151,6 +216,7 @@ def coordinate_descent(
     # be recomputed.
     solved = _Solved(actions, slots_a)
     linear = solved.linear  # the same condition: J and the cost matrix linear in the group
+    costs = _CostMatrices(solved)
     objective = inner_product(state_a, current, unmatched)
     history = [objective]
     names = list(actions)
@@ -166,7 +232,7 @@ def coordinate_descent(
             old = permutations[group]
             if solved.current(group):
                 continue  # at the optimum of its unchanged cost matrix
-            cost, rows = _cost_matrix(slots_a[group], state_a, current, action.width, old)
+            cost, rows = costs(group, slots_a[group], state_a, current, action.width, old)
             solved.mark(group)
             if np.array_equal(cost.argmax(axis=1), old.numpy()):
                 continue  # each row at its maximum: no assignment does better (no LSAP needed)
@@ -206,29 +272,36 @@ def _one_axis_per_tensor(slots: Sequence[Slot]) -> bool:
 class _Solved:
     """Which groups sit at the optimum of their current cost matrix.
 
-    A group's cost matrix (:func:`_cost_matrix`, in θ_B's original neuron order) depends on
+    A group's cost matrix (:class:`_CostMatrices`, in θ_B's original neuron order) depends on
     its own permutation only where it permutes two axes of one tensor; otherwise (``linear``)
-    only on the permutations of the groups acting on the other axes of its tensors (its
-    neighbours). Once such a group's assignment is solved, the group is at that matrix's
-    optimum (moved there, or already within the tolerance of it), and until a neighbour
-    changes, solving again would give the same answer: the group is skipped, neither its
-    matrix nor its assignment recomputed. A sweep in which few groups move (the last one
-    moves none) costs few matrix products and assignments; each cost matrix of a
-    transformer's residual stream reads every weight of the model, and an assignment of a
-    3072-wide FFN takes about a second."""
+    only on the permutations of the groups that move the regions it reads (its neighbours):
+    the groups acting on another axis of one of its tensors. Groups on the same axis permute
+    disjoint regions of it (:class:`~paramsym.connectivity.PermutationSpec`; the heads'
+    in-head permutations of one packed projection) and leave each other's regions alone. Once
+    such a group's assignment is solved, the group is at that matrix's optimum (moved there,
+    or already within the tolerance of it), and until a neighbour changes, solving again
+    would give the same answer: the group is skipped, neither its matrix nor its assignment
+    recomputed. A sweep in which few groups move (the last one moves none) costs few matrix
+    products and assignments; each cost matrix of a transformer's residual stream reads every
+    weight of the model, and an assignment of a 3072-wide FFN takes about a second."""
 
     def __init__(
         self,
         actions: Mapping[str, NeuronPermutation],
         matched: Mapping[str, list[Slot]],
     ) -> None:
-        acting: dict[str, set[str]] = defaultdict(set)
+        axes: dict[str, list[tuple[str, int]]] = defaultdict(list)  # tensor → (group, axis)
         for group, action in actions.items():
             for slot in action.slots:
-                acting[slot.name].add(group)
+                axes[slot.name].append((group, slot.axis))
+
+        def moving(slot: Slot) -> tuple[str, ...]:
+            return tuple(sorted({group for group, axis in axes[slot.name] if axis != slot.axis}))
+
+        self.moving = {group: [moving(slot) for slot in matched[group]] for group in actions}
+        """group → for each matched slot, the groups acting on another axis of its tensor."""
         self.neighbours = {
-            group: sorted({h for slot in matched[group] for h in acting[slot.name]} - {group})
-            for group in actions
+            group: sorted({h for found in self.moving[group] for h in found}) for group in actions
         }
         self.linear = {
             group: _one_axis_per_tensor(action.slots) for group, action in actions.items()
