@@ -38,11 +38,8 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from paramsym.connectivity.matching_descent import (
-    coordinate_descent,
-    float64_squared_distance,
-    inner_product,
-)
+from paramsym.connectivity.matching_descent import coordinate_descent, inner_product
+from paramsym.core.linalg import float64_squared_distance
 from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (

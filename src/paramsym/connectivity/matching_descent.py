@@ -20,6 +20,7 @@ import scipy.optimize
 import torch
 from torch import Tensor
 
+from paramsym.core.linalg import CHUNK, float64_dot
 from paramsym.core.params import Params
 from paramsym.symmetry.base import Slot
 from paramsym.symmetry.discrete import NeuronPermutation
@@ -31,33 +32,6 @@ def inner_product(
     """Σ_k ⟨θ_A[k], θ_B[k]⟩ over the tensors not ``unmatched``, accumulated in float64 (each
     product of two float32 numbers is exact in float64), a chunk at a time (:func:`float64_dot`)."""
     return math.fsum(float64_dot(params_a[k], params_b[k]) for k in params_a if k not in unmatched)
-
-
-CHUNK = 1 << 20
-"""Entries widened to float64 at a time by :func:`float64_dot` (8 MiB per operand): widening
-whole tensors made two float64 copies of each, about half of weight matching's time on
-GPT-2-small outside its cost matrices."""
-
-
-def float64_dot(a: Tensor, b: Tensor) -> float:
-    """⟨a, b⟩ in float64, widening ``CHUNK`` entries at a time (a BLAS dot per chunk)."""
-    a, b = a.reshape(-1), b.reshape(-1)
-    if a.dtype == torch.float64 and b.dtype == torch.float64:
-        return float(torch.dot(a, b))
-    return math.fsum(
-        float(torch.dot(a[i : i + CHUNK].double(), b[i : i + CHUNK].double()))
-        for i in range(0, a.numel(), CHUNK)
-    )
-
-
-def float64_squared_distance(a: Tensor, b: Tensor) -> float:
-    """‖a − b‖² in float64, widening ``CHUNK`` entries at a time."""
-    a, b = a.reshape(-1), b.reshape(-1)
-    total = 0.0
-    for i in range(0, a.numel(), CHUNK):
-        d = a[i : i + CHUNK].double() - b[i : i + CHUNK].double()
-        total += float(torch.dot(d, d))
-    return total
 
 
 def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:

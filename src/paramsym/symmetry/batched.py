@@ -76,6 +76,12 @@ class MatrixBatch:
         ]
 
     @property
+    def slot_offsets(self) -> list[tuple[str, int, list[int]]]:
+        """Per slot position of the members: (parameter, axis, the members' offsets along the
+        axis); each member multiplies ``width`` entries of the axis from its offset."""
+        return [(name, axis, offsets) for name, axis, _, offsets in self._slots]
+
+    @property
     def touched_regions(self) -> frozenset[Region]:
         return frozenset(r for m in self.members for r in m.touched_regions)
 

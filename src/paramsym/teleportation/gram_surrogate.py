@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from paramsym.core.linalg import float64_dot
 from paramsym.core.params import Params
 from paramsym.symmetry.base import NeuronSymmetry
 from paramsym.symmetry.batched import MatrixBatch
@@ -49,7 +50,7 @@ def _regions(unit: Unit) -> list[Row] | None:
     if isinstance(unit, MatrixBatch):
         return [
             (name, axis, offset, unit.width, True)
-            for name, axis, _, offsets in unit._slots
+            for name, axis, offsets in unit.slot_offsets
             for offset in offsets
         ]
     if not isinstance(unit, NeuronSymmetry) or not unit.acts_in_place:
@@ -112,6 +113,4 @@ def gram_surrogates(
 
 def squared_norm(gradient: Mapping[str, Tensor], constants: Mapping[str, float]) -> float:
     """‖v‖² of a gradient some of whose tensors are surrogates (:func:`gram_surrogates`)."""
-    return math.fsum(float(torch.sum(t.double() ** 2)) for t in gradient.values()) + math.fsum(
-        constants.values()
-    )
+    return math.fsum(float64_dot(t, t) for t in gradient.values()) + math.fsum(constants.values())
