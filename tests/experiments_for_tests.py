@@ -53,3 +53,32 @@ def run_counter(config: CounterConfig, progress: Progress) -> Result:
         {"value": value, "label": "x"},
         {"values": {"x": [0, 1, 2], "y": [value, value + 1, value + 2]}},
     )
+
+
+@experiment(
+    "test-counter-offset",
+    seed_ref="test",
+    description="counts its runs from an offset",
+    quick=CounterConfig(offset=0.5),
+    paper=CounterConfig(offset=1.5),
+    claims=[
+        Claim(
+            "value is small", "test", "< 2", lambda r: (r.metrics["value"], r.metrics["value"] < 2)
+        )
+    ],
+    plot=plot,
+)
+def run_counter_offset(config: CounterConfig, progress: Progress) -> Result:
+    return run_counter(config, progress)
+
+
+@experiment(
+    "test-broken",
+    seed_ref="test",
+    description="always fails (reproduce must finish the others and then name it)",
+    quick=CounterConfig(),
+    paper=CounterConfig(),
+    claims=[Claim("never measured", "test", "-", lambda r: (None, True))],
+)
+def run_broken(config: CounterConfig, progress: Progress) -> Result:
+    raise RuntimeError("broken on purpose")

@@ -305,11 +305,50 @@ def test_cli_list_run_report(tmp_path):
     assert (out / "report.md").exists()
 
 
-def test_cli_reproduce_writes_an_index(tmp_path):
-    result = invoke("reproduce", "--only", "test-*", "--runs-dir", str(tmp_path))
-    assert result.exit_code == 0, result.output
+def _summary_rows(output: str) -> dict[str, str]:
+    """Experiment → its claims column in ``reproduce``'s summary table."""
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 3 and cells[1].startswith("test-"):
+            rows[cells[1]] = cells[2]
+    return rows
+
+
+def test_reproduce_on_worker_processes_matches_one_after_the_other(tmp_path):
+    """Two experiments on two worker processes (each with its own run directory and
+    report, both in the index) give the summary and claims of the same experiments run in
+    this process."""
+    outputs = {}
+    for workers in ("1", "2"):
+        runs = tmp_path / workers
+        result = invoke(
+            "reproduce", "--only", "test-counter*", "--workers", workers, "--runs-dir", str(runs)
+        )
+        assert result.exit_code == 0, result.output
+        outputs[workers] = _summary_rows(result.output)
+        page = (runs / "index.html").read_text()
+        for name in ("test-counter", "test-counter-offset"):
+            (metrics,) = runs.glob(f"{name}/*/metrics.json")
+            assert json.loads(metrics.read_text())["claims"], name
+            assert f'id="{name}"' in page
+    assert "running 2 experiments on 2 worker processes" in result.output
+    assert outputs["1"] == outputs["2"] == {"test-counter": "2 / 2", "test-counter-offset": "1 / 1"}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_reproduce_finishes_the_others_when_one_fails_and_names_it(tmp_path, workers):
+    result = invoke(
+        "reproduce", "--only", "test-*", "--workers", workers, "--runs-dir", str(tmp_path)
+    )
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("Error: 1 of 3 experiments failed (first: test-broken: 1 of 1 runs")
+    assert "RuntimeError: broken on purpose" in last
     page = (tmp_path / "index.html").read_text()
-    assert "test-counter" in page
+    assert 'id="test-counter"' in page
+    assert 'id="test-counter-offset"' in page
+    assert _summary_rows(result.output)["test-counter"] == "2 / 2"
 
 
 @pytest.mark.parametrize(
@@ -447,7 +486,9 @@ def _claims(runs: Path, name: str) -> list[dict]:
 def test_every_library_experiment_is_in_the_demo_lists():
     """`make demo` runs `paramsym reproduce --preset quick` over every library experiment; the
     test below checks each one, so the two lists must name them all (the test-only ones aside)."""
-    library = {e.name for e in registry.all_experiments()} - {"fd-energy", "test-counter"}
+    library = {e.name for e in registry.all_experiments() if not e.name.startswith("test-")} - {
+        "fd-energy"
+    }
     assert {*QUICK_CLAIMS_HOLD, *QUICK_CLAIMS_REPORTED} == library
     assert not set(QUICK_CLAIMS_HOLD) & set(QUICK_CLAIMS_REPORTED)
     assert set(QUICK_RUN_IN_OWN_TESTS) <= library

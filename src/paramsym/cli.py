@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib
+import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,14 @@ from paramsym.cli_display import RichProgress, find_experiment, progress_for
 from paramsym.errors import MissingDataError, ParamsymError
 from paramsym.experiments import registry
 from paramsym.report import write_index
-from paramsym.sweep import Backend, RunOutcome, new_run_directory, rebuild_reports, run_experiment
+from paramsym.sweep import (
+    Backend,
+    RunOutcome,
+    local_pool,
+    new_run_directory,
+    rebuild_reports,
+    run_experiment,
+)
 
 console = Console(stderr=True)
 """Messages and progress: on stderr, so that stdout holds only results (and ``--json``)."""
@@ -127,7 +136,10 @@ def _run_one(
     grid_items: Sequence[str] = (),
     out: Path | None = None,
     resume: bool = False,
+    quiet: bool = False,
 ) -> RunOutcome:
+    """Run experiment ``name`` as ``paramsym run`` does, with progress bars on the console
+    (none when ``quiet``: a worker process of ``reproduce``)."""
     preset, seeds, data_dir = options.preset, options.seeds, options.data_dir
     experiment = find_experiment(name)
     overrides = registry.parse_assignments(assignments)
@@ -141,7 +153,12 @@ def _run_one(
         for k, values in registry.parse_assignments(grid_items).items()
     }
     directory = _prepare_out(out, options.runs_dir, name, resume)
-    with progress_for(name, preset, seeds * _grid_size(grid), console) as (progress, finished):
+    display = (
+        contextlib.nullcontext((registry.SilentProgress(), None))
+        if quiet
+        else progress_for(name, preset, seeds * _grid_size(grid), console)
+    )
+    with display as (progress, finished):
         return run_experiment(
             experiment,
             config,
@@ -262,32 +279,109 @@ def run_command(
 )
 @_with_shared_options
 def reproduce_command(pattern: str | None, options: RunOptions) -> None:
-    """Run every experiment (matching --only), then write runs/index.html."""
+    """Run every experiment (matching --only), then write runs/index.html.
+
+    With the local backend the experiments run side by side on --workers processes (default:
+    one per CPU; most experiments use one thread), the longest first (the measured quick
+    times); one experiment, --workers 1 or --backend ray run them one after the other, with
+    progress bars. An experiment whose data is missing is skipped; one that fails does not
+    stop the others: the index lists what finished, then the command fails naming it."""
     with _one_line_errors():
         experiments = registry.all_experiments(pattern)
         if not experiments:
             raise click.ClickException(f"no experiment matches --only {pattern!r}")
+        rows: dict[str, tuple[str, str, str]] = {}
         skipped: dict[str, str] = {}
-        summary = Table(title=f"paramsym reproduce ({options.preset})")
-        for column in ("experiment", "claims holding", "seconds", "directory"):
-            summary.add_column(column, overflow="fold")
-        for experiment in experiments:
-            start = time.perf_counter()
-            try:
-                outcome = _run_one(experiment.name, options, resume=True)
-            except MissingDataError as error:
-                skipped[experiment.name] = str(error).splitlines()[0]
-                summary.add_row(experiment.name, "[yellow]skipped: data missing[/]", "-", "-")
-                continue
-            summary.add_row(
-                experiment.name,
-                str(registry.ClaimTally.of(o.holds for o in outcome.outcomes)),
-                f"{time.perf_counter() - start:.1f}",
-                str(outcome.directory),
-            )
+        failed: dict[str, str] = {}
+
+        def finished(name: str, outcome: tuple[str, float, str] | BaseException) -> None:
+            if isinstance(outcome, MissingDataError):
+                skipped[name] = str(outcome).splitlines()[0]
+                rows[name] = ("[yellow]skipped: data missing[/]", "-", "-")
+            elif isinstance(outcome, BaseException):
+                failed[name] = _one_line(outcome)
+                rows[name] = (f"[red]failed: {failed[name]}[/]", "-", "-")
+            else:
+                tally, seconds, directory = outcome
+                rows[name] = (tally, f"{seconds:.1f}", directory)
+
+        workers = options.workers or os.cpu_count() or 1
+        if options.backend == "local" and workers > 1 and len(experiments) > 1:
+            _reproduce_concurrently(experiments, options, workers, finished)
+        else:
+            for experiment in experiments:
+                try:
+                    outcome: tuple[str, float, str] | BaseException = _reproduce_one(
+                        (experiment.name, experiment.module), options, quiet=False
+                    )
+                except ParamsymError as error:
+                    outcome = error
+                finished(experiment.name, outcome)
         index = write_index(options.runs_dir, skipped)
+    summary = Table(title=f"paramsym reproduce ({options.preset})")
+    for column in ("experiment", "claims holding", "seconds", "directory"):
+        summary.add_column(column, overflow="fold")
+    for experiment in experiments:
+        summary.add_row(experiment.name, *rows[experiment.name])
     Console().print(summary)
     console.print(f"wrote {index} (open it in a browser)")
+    if failed:
+        name, message = next(iter(failed.items()))
+        raise click.ClickException(
+            f"{len(failed)} of {len(experiments)} experiments failed (first: {name}: {message}); "
+            "the others' runs are saved and listed in the index"
+        )
+
+
+def _one_line(error: BaseException) -> str:
+    """The first line of ``error``'s message; the exception's type before it unless it is a
+    :class:`ParamsymError` (whose messages say what went wrong)."""
+    lines = str(error).splitlines()
+    if isinstance(error, ParamsymError) and lines:
+        return lines[0]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _reproduce_one(
+    experiment: tuple[str, str], options: RunOptions, quiet: bool = True
+) -> tuple[str, float, str]:
+    """One experiment of ``reproduce`` (``(name, module)``; a worker process imports the
+    module, which registers it): (claims tally, seconds, run directory)."""
+    name, module = experiment
+    importlib.import_module(module)
+    start = time.perf_counter()
+    outcome = _run_one(name, options, resume=True, quiet=quiet)
+    tally = registry.ClaimTally.of(o.holds for o in outcome.outcomes)
+    return str(tally), time.perf_counter() - start, str(outcome.directory)
+
+
+def _reproduce_concurrently(
+    experiments: Sequence[registry.Experiment],
+    options: RunOptions,
+    workers: int,
+    finished: Callable[[str, Any], None],
+) -> None:
+    """``reproduce``'s experiments on ``workers`` processes, each experiment's seeds in its
+    own process, the longest first so that the last to start are short; a line on the
+    console as each ends."""
+    times = cli_display.load_quick_times()
+    order = sorted(experiments, key=lambda e: -times.get(e.name, math.inf))
+    console.print(f"running {len(order)} experiments on {workers} worker processes")
+    done = 0
+
+    def report(experiment: tuple[str, str], outcome: Any) -> None:
+        nonlocal done
+        done += 1
+        finished(experiment[0], outcome)
+        state = outcome[0] if isinstance(outcome, tuple) else _one_line(outcome)
+        console.print(f"[{done}/{len(order)}] {experiment[0]}: {state}", markup=False)
+
+    local_pool(
+        [(e.name, e.module) for e in order],
+        functools.partial(_reproduce_one, options=dataclasses.replace(options, workers=1)),
+        report,
+        workers,
+    )
 
 
 @main.command("report")

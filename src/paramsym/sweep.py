@@ -146,8 +146,20 @@ def execute(
 def _execute_local_pool(
     pending: Sequence[Member], finish: Callable[[Member, Any], None], workers: int | None
 ) -> None:
+    local_pool(pending, run_member, finish, workers)
+
+
+def local_pool(
+    items: Sequence[Any],
+    function: Callable[[Any], Any],
+    finish: Callable[[Any, Any], None],
+    workers: int | None,
+) -> None:
+    """``function(item)`` for every item on ``workers`` spawned processes (default: one per
+    CPU; torch threads split between them), in the order given; ``finish(item, outcome)`` in
+    this process as each ends, ``outcome`` its result or the exception it raised."""
     cpus = os.cpu_count() or 1
-    count = max(1, min(len(pending), workers or cpus))
+    count = max(1, min(len(items), workers or cpus))
     context = multiprocessing.get_context("spawn")  # torch is not fork-safe
     with concurrent.futures.ProcessPoolExecutor(
         count,
@@ -155,11 +167,11 @@ def _execute_local_pool(
         initializer=_set_worker_threads,
         initargs=(max(1, cpus // count),),
     ) as pool:
-        futures = {pool.submit(run_member, m): m for m in pending}
+        futures = {pool.submit(function, item): item for item in items}
         for future in concurrent.futures.as_completed(futures):
-            member = futures[future]
+            item = futures[future]
             error = future.exception()
-            finish(member, error if error is not None else future.result())
+            finish(item, error if error is not None else future.result())
 
 
 def _execute_ray(
