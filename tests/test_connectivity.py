@@ -292,7 +292,7 @@ def test_a_steps_gain_is_exact_against_the_recomputed_objective(moved) -> None:
     current = actions[group].act(base, old)
     matched = _matched_slots(spec, actions)
     costs = _CostMatrices(_Solved(actions, matched))
-    _, rows = costs(group, matched[group], a32, current, len(old), old)
+    _, rows = costs(group, a32, current, len(old), old)
     gain = _exact_gain(rows, old, new)
     before = matching_objective(a32, current, spec)
     after = matching_objective(a32, actions[group].act(base, new), spec)
@@ -337,17 +337,17 @@ def test_kept_cost_matrix_parts_are_recomputed_when_a_neighbour_moves(monkeypatc
     neighbour = solved.neighbours[stream][0]
     width = actions[stream].width
     identity = torch.arange(width)
-    before, _ = costs(stream, matched[stream], a, b, width, identity)
+    before, _ = costs(stream, a, b, width, identity)
     assert len(costs.kept) >= 2  # parts kept: some depend on the neighbour, some on nothing
 
     moved = torch.randperm(actions[neighbour].width, generator=_gen(5))
     current = actions[neighbour].act(b, moved)
-    stale, _ = costs(stream, matched[stream], a, current, width, identity)
+    stale, _ = costs(stream, a, current, width, identity)
     assert (stale == before).all()  # nobody said the neighbour moved: the kept parts answer
     solved.changed(neighbour)
-    after, _ = costs(stream, matched[stream], a, current, width, identity)
+    after, _ = costs(stream, a, current, width, identity)
     fresh, _ = descent._CostMatrices(descent._Solved(actions, matched))(
-        stream, matched[stream], a, current, width, identity
+        stream, a, current, width, identity
     )
     assert abs(after - before).max() > 1e-3 * abs(before).max()  # the neighbour mattered
     assert abs(after - fresh).max() <= 1e-13 * abs(fresh).max()

@@ -62,8 +62,8 @@ def _product(pairs: Sequence[tuple[Tensor, Tensor]], width: int, undo: Tensor) -
 
 KEEP_RATIO = 4
 """A part of a group's cost matrix is kept between sweeps when its slots hold at least this many
-entries per entry of the matrix (:class:`_CostMatrices`); the kept float64 parts then take at
-most 2/``KEEP_RATIO`` of the float32 parameters' bytes."""
+entries per entry of the matrix (:class:`_CostMatrices`): a group's kept float64 parts take at
+most 2/``KEEP_RATIO`` of the bytes of the float32 tensors it reads."""
 
 
 class _CostMatrices:
@@ -94,21 +94,20 @@ class _CostMatrices:
     def __call__(
         self,
         group: str,
-        slots: Sequence[Slot],
         state_a: Mapping[str, Tensor],
         current: Mapping[str, Tensor],
         width: int,
         p: Tensor,
     ) -> tuple[np.ndarray, list[tuple[Tensor, Tensor]]]:
-        """(C, rows) of ``group`` over its matched ``slots``, where ``current`` is θ_B with
-        the group's permutation ``p`` applied; ``rows``: each slot's ``(width, -1)`` rows of θ_A
+        """(C, rows) of ``group`` over its matched slots, where ``current`` is θ_B with the
+        group's permutation ``p`` applied; ``rows``: each slot's ``(width, -1)`` rows of θ_A
         and of θ_B (views where the layout allows), for :func:`_exact_gain`."""
         rows = [
             (
                 _neuron_rows(state_a[slot.name], slot, width),
                 _neuron_rows(current[slot.name], slot, width),
             )
-            for slot in slots
+            for slot in self.solved.matched[group]
         ]
         undo = torch.argsort(p.cpu())  # [i, i'] pairs A's row i with original row p[i']
         cost = torch.zeros(width, width, dtype=torch.float64)
@@ -206,7 +205,7 @@ def coordinate_descent(
             old = permutations[group]
             if solved.current(group):
                 continue  # at the optimum of its unchanged cost matrix
-            cost, rows = costs(group, slots_a[group], state_a, current, action.width, old)
+            cost, rows = costs(group, state_a, current, action.width, old)
             solved.mark(group)
             if np.array_equal(cost.argmax(axis=1), old.numpy()):
                 continue  # each row at its maximum: no assignment does better (no LSAP needed)
@@ -272,6 +271,7 @@ class _Solved:
         def moving(slot: Slot) -> tuple[str, ...]:
             return tuple(sorted({group for group, axis in axes[slot.name] if axis != slot.axis}))
 
+        self.matched = matched
         self.moving = {group: [moving(slot) for slot in matched[group]] for group in actions}
         """group → for each matched slot, the groups acting on another axis of its tensor."""
         self.neighbours = {
