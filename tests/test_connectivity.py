@@ -246,8 +246,25 @@ def test_weight_matching_never_decreases_the_objective(order) -> None:
     assert all(torch.equal(aligned[k], result.params[k]) for k in aligned)
     distance = float(ps.norm(ps.sub(a, aligned)))
     assert result.distance_after == pytest.approx(distance, rel=1e-12)
+    assert result.distance_before == pytest.approx(float(ps.norm(ps.sub(a, b))), rel=1e-12)
     x = torch.randn(9, widths[0], generator=_gen(43), dtype=F64)
     assert relative_error(ps.functional_call(model_b, result.params, x), model_b(x)) < 1e-13
+
+
+def test_a_distance_that_norms_and_objective_would_cancel_is_computed_directly() -> None:
+    """‖θ_A − π·θ_B‖² = ‖θ_A‖² + ‖θ_B‖² − 2J loses every digit when θ_B is a permuted θ_A
+    moved by 1e-9: weight matching then reports the distance of a direct float64 difference."""
+    widths = [8, 16, 16, 4]
+    model = _mlp(widths, seed=71)
+    spec = permutation_spec(model)
+    theta = ps.params_of(model)
+    g = _gen(72)
+    nudged = {k: v + 1e-9 * torch.randn(v.shape, generator=g, dtype=F64) for k, v in theta.items()}
+    permuted = apply_permutations(nudged, spec, _random_permutations(spec, theta, seed=73))
+    result = weight_matching(model, permuted)
+    exact = float(ps.norm(ps.sub(theta, result.params)))
+    assert 0 < exact < 1e-7
+    assert result.distance_after == pytest.approx(exact, rel=1e-6)
 
 
 def test_a_float32_pair_takes_the_float64_pairs_steps() -> None:
@@ -268,6 +285,16 @@ def test_a_float32_pair_takes_the_float64_pairs_steps() -> None:
     assert result32.objective_after == pytest.approx(
         _objective_with(spec, a32, b32, result32.permutations), rel=1e-13
     )
+    # the distances, from the norms and J, against float64 differences of the models
+    wide = {k: v.double() for k, v in a32.items()}
+    aligned = apply_permutations(
+        {k: v.double() for k, v in b32.items()}, spec, result32.permutations
+    )
+    assert result32.distance_after == pytest.approx(
+        float(ps.norm(ps.sub(wide, aligned))), rel=1e-12
+    )
+    moved = {k: v.double() for k, v in b32.items()}
+    assert result32.distance_before == pytest.approx(float(ps.norm(ps.sub(wide, moved))), rel=1e-12)
 
 
 @pytest.mark.parametrize("moved", [1, 2, 40])

@@ -39,7 +39,7 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from paramsym.connectivity.matching_descent import coordinate_descent, inner_product
-from paramsym.core.linalg import float64_squared_distance
+from paramsym.core.linalg import float64_dot, float64_squared_distance
 from paramsym.core.model_checks import check_same_architecture, require_module
 from paramsym.core.params import Params, params_of
 from paramsym.errors import (
@@ -311,15 +311,33 @@ def matching_objective(
     return inner_product(params_a, params_b, spec.unmatched)
 
 
-def _distance(
-    params_a: Mapping[str, Tensor], params_b: Mapping[str, Tensor], spec: PermutationSpec
-) -> float:
-    total = math.fsum(
-        float64_squared_distance(params_a[k], params_b[k])
-        for k in params_a
-        if k not in spec.unmatched
+CANCELLATION = 1e-6
+""":func:`_distances` computes ‖θ_A − θ_B‖² directly when ‖θ_A‖² + ‖θ_B‖² − 2J is below this
+share of ‖θ_A‖² + ‖θ_B‖² (the formula then keeps fewer than ten correct digits)."""
+
+
+def _distances(
+    params_a: Mapping[str, Tensor],
+    params_b: Mapping[str, Tensor],
+    aligned: Mapping[str, Tensor],
+    objectives: tuple[float, float],
+    spec: PermutationSpec,
+) -> tuple[float, float]:
+    """‖θ_A − θ_B‖ and ‖θ_A − π·θ_B‖ over the matched tensors, from J before and after
+    (``objectives``) and the two norms (‖π·θ_B‖ = ‖θ_B‖): two float64 passes over one model
+    each instead of two over both; a distance that this formula would cancel (θ_B almost a
+    permuted θ_A) is computed directly."""
+    matched = [k for k in params_a if k not in spec.unmatched]
+    norms = math.fsum(float64_dot(params_a[k], params_a[k]) for k in matched) + math.fsum(
+        float64_dot(params_b[k], params_b[k]) for k in matched
     )
-    return total**0.5
+    distances = []
+    for other, objective in zip((params_b, aligned), objectives, strict=True):
+        squared = norms - 2.0 * objective
+        if squared < CANCELLATION * norms:
+            squared = math.fsum(float64_squared_distance(params_a[k], other[k]) for k in matched)
+        distances.append(max(squared, 0.0) ** 0.5)
+    return distances[0], distances[1]
 
 
 @dataclass(frozen=True)
@@ -512,6 +530,7 @@ def weight_matching(
     ]
     permutations, current, history, iterations, converged = max(runs, key=lambda r: r[2][-1])
     objective = history[-1]
+    before, after = _distances(state_a, state_b, current, (history[0], objective), spec)
     if not converged:
         warnings.warn(
             f"weight_matching: stopped after max_iterations={config.max_iterations} sweeps while "
@@ -524,8 +543,8 @@ def weight_matching(
         params=current,
         objective_before=history[0],
         objective_after=objective,
-        distance_before=_distance(state_a, state_b, spec),
-        distance_after=_distance(state_a, current, spec),
+        distance_before=before,
+        distance_after=after,
         history=history,
         iterations=iterations,
         converged=converged,
