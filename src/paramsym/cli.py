@@ -14,12 +14,14 @@ import importlib
 import math
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from paramsym import cli_display
@@ -300,7 +302,9 @@ def reproduce_command(pattern: str | None, options: RunOptions) -> None:
                 rows[name] = ("[yellow]skipped: data missing[/]", "-", "-")
             elif isinstance(outcome, BaseException):
                 failed[name] = _one_line(outcome)
-                rows[name] = (f"[red]failed: {failed[name]}[/]", "-", "-")
+                rows[name] = (f"[red]failed: {escape(failed[name])}[/]", "-", "-")
+                if not isinstance(outcome, ParamsymError):  # a bug: its traceback, not one line
+                    console.print("".join(traceback.format_exception(outcome)), markup=False)
             else:
                 tally, seconds, directory = outcome
                 rows[name] = (tally, f"{seconds:.1f}", directory)
