@@ -504,6 +504,28 @@ def test_weight_matching_with_a_hand_written_spec() -> None:
     assert result.distance_after == 0.0
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_group_on_both_axes_of_a_recurrent_matrix_recovers_a_planted_permutation(seed) -> None:
+    """A group that permutes both axes of one tensor (a recurrent matrix) makes J quadratic in
+    its permutation: its cost matrix is the linearisation at the current one, recomputed at
+    every visit and never kept; the descent still recovers a planted permutation, and J never
+    decreases."""
+    g = _gen(5)
+    a = {
+        "w_in": torch.randn(8, 3, generator=g, dtype=F64),
+        "w_hh": torch.randn(8, 8, generator=g, dtype=F64),
+        "w_out": torch.randn(2, 8, generator=g, dtype=F64),
+    }
+    spec = PermutationSpec.from_axes(
+        {"w_in": ("h", None), "w_hh": ("h", "h"), "w_out": (None, "h")}
+    )
+    planted = torch.randperm(8, generator=_gen(seed))
+    result = weight_matching(a, apply_permutations(a, spec, {"h": planted}), spec=spec)
+    assert torch.equal(result.permutations["h"], torch.argsort(planted))
+    assert result.distance_after == 0.0
+    assert all(u <= v for u, v in itertools.pairwise(result.history))
+
+
 def test_weight_matching_with_blocks_and_offsets() -> None:
     """A group of 3 neurons in blocks of 2 rows, stored from row 1 of a longer tensor."""
     g = _gen(74)
