@@ -156,6 +156,17 @@ class PositiveScaling(PositiveVectorGroup, NeuronSymmetry):
     def _transform_transpose(self, t: Tensor, slot: Slot, prepared: Any) -> Tensor:
         return self._transform(t, slot, prepared)  # a diagonal map is its own transpose
 
+    def _transform_in_place(
+        self, region: Tensor, slot: Slot, prepared: Any, transpose: bool
+    ) -> None:
+        factors = prepared**slot.power  # diagonal: its own transpose; the same products
+        if self.per_neuron:
+            shape = [1] * region.ndim
+            shape[slot.axis] = factors.numel()
+            region.mul_(factors.reshape(shape))
+        else:
+            region.mul_(factors[0])
+
     def _algebra(self, xi: Tensor) -> Tensor:
         return xi
 
