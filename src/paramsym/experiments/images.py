@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -49,16 +50,29 @@ def image_split(
     return (shaped(x), y), (shaped(x_test), data.y_test)
 
 
+class ImageTraining(Protocol):
+    """The training fields an image experiment's config has (``VitMergingConfig``,
+    ``QuantizeCnnConfig``): AdamW steps, peak learning rate, images per step, decoupled weight
+    decay, steps of linear warm-up."""
+
+    @property
+    def steps(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def warmup_steps(self) -> int: ...
+
+
 def train_image_classifier(
     model: nn.Module,
     data: tuple[Tensor, Tensor],
-    *,
-    steps: int,
-    lr: float,
-    batch_size: int,
+    config: ImageTraining,
     seed: int,
-    weight_decay: float,
-    warmup_steps: int,
+    *,
     decay_matrices_only: bool = False,
     logits: Callable[[nn.Module, Tensor], Tensor] | None = None,
     clip_grad_norm: float | None = None,
@@ -75,12 +89,11 @@ def train_image_classifier(
         model: the classifier (trained in place).
         data: ``(x, y)``: images of shape (n, channels, side, side) and integer labels of shape
             (n,).
-        steps, lr, batch_size, seed: AdamW steps, peak learning rate, images per step, the
-            batch order's seed.
-        weight_decay, decay_matrices_only: AdamW's decoupled weight decay, on every parameter
-            or (when ``decay_matrices_only``) only on those of two or more axes
-            (:func:`~paramsym.experiments.merging.char_lm.decay_groups`).
-        warmup_steps: steps of linear warm-up.
+        config: the run's ``steps``, ``lr``, ``batch_size``, ``weight_decay`` and
+            ``warmup_steps`` (:class:`ImageTraining`).
+        seed: the batch order's seed.
+        decay_matrices_only: the weight decay only on parameters of two or more axes
+            (:func:`~paramsym.experiments.merging.char_lm.decay_groups`), else on every one.
         logits: ``logits(model, x) -> (batch, classes)``; ``model(x)`` when not given (e.g. a
             Hugging Face model: ``lambda m, x: m(pixel_values=x).logits``).
         clip_grad_norm: when given, the gradients' total norm is clipped to it before each step.
@@ -89,6 +102,8 @@ def train_image_classifier(
         Nothing; ``model`` is trained and in eval mode.
     """
     x, y = data
+    steps, lr, batch_size = config.steps, config.lr, config.batch_size
+    weight_decay, warmup_steps = config.weight_decay, config.warmup_steps
     if decay_matrices_only:
         groups = decay_groups(list(model.parameters()), weight_decay)
         optimizer = torch.optim.AdamW(groups, lr=lr)

@@ -211,21 +211,6 @@ def _parse_bits(spec: str) -> list[int]:
     return bits
 
 
-def train_cnn(model: nn.Module, data: tuple[Tensor, Tensor], config: QuantizeCnnConfig, seed: int):
-    """AdamW on shuffled batches drawn from ``seed`` (:func:`~paramsym.experiments.images.
-    train_image_classifier`); the model ends in eval mode."""
-    train_image_classifier(
-        model,
-        data,
-        steps=config.steps,
-        lr=config.lr,
-        batch_size=config.batch_size,
-        seed=seed,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_steps,
-    )
-
-
 def _logits(model: nn.Module, x: Tensor) -> Tensor:
     with torch.no_grad():
         return torch.cat([model(x[i : i + 512]) for i in range(0, x.shape[0], 512)])
@@ -257,7 +242,7 @@ def measure_seed(
             config.head,
             config.stem_stride,
         )
-    train_cnn(model, train, config, seed)
+    train_image_classifier(model, train, config, seed)
     x, y = test[0].double(), test[1]
     model = model.double().eval()
     reference = _logits(model, x)

@@ -114,24 +114,6 @@ def classification_loss(output: Any, targets: Tensor) -> Tensor:
     return functional.cross_entropy(output.logits, targets)
 
 
-def train_vit(model: nn.Module, data: tuple[Tensor, Tensor], config: VitMergingConfig, seed: int):
-    """AdamW (weight decay on matrices only, gradients clipped to norm 1) on shuffled batches
-    drawn from ``seed`` (:func:`~paramsym.experiments.images.train_image_classifier`)."""
-    train_image_classifier(
-        model,
-        data,
-        steps=config.steps,
-        lr=config.lr,
-        batch_size=config.batch_size,
-        seed=seed,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_steps,
-        decay_matrices_only=True,
-        logits=lambda m, x: m(pixel_values=x).logits,
-        clip_grad_norm=1.0,
-    )
-
-
 def _batches(x: Tensor, y: Tensor, size: int) -> list[tuple[dict[str, Tensor], Tensor]]:
     return [({"pixel_values": x[i : i + size]}, y[i : i + size]) for i in range(0, len(x), size)]
 
@@ -154,7 +136,15 @@ def run_vit_merging(config: VitMergingConfig, progress: Progress) -> Result:
             learn.append(({"pixel_values": train[0][index]}, train[1][index]))
         task = PairTask(
             build=lambda seed: vit(config, image, classes, seed),
-            train=lambda model, seed: train_vit(model, train, config, seed),
+            train=lambda model, seed: train_image_classifier(
+                model,
+                train,
+                config,
+                seed,
+                decay_matrices_only=True,
+                logits=lambda m, x: m(pixel_values=x).logits,
+                clip_grad_norm=1.0,
+            ),
             loss=classification_loss,
             test=_batches(x_test, y_test, 256),
             train_batches=learn,
