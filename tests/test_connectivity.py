@@ -447,6 +447,42 @@ def test_skipping_solved_groups_gives_the_descent_without_it(monkeypatch) -> Non
     assert kept.objective_after == pytest.approx(recomputed, rel=1e-12)
 
 
+def test_wide_groups_take_the_dense_solvers_steps(monkeypatch) -> None:
+    """Groups of 1100 units go through the certified sparse assignment
+    (:func:`paramsym.core.assignment.max_assignment`): the descent of two independent MLPs is
+    the one scipy's dense solver gives, step for step."""
+    import numpy as np
+    import scipy.optimize
+
+    from paramsym.connectivity import matching_descent as descent
+
+    a, b = _mlp([16, 1100, 1100, 8], seed=0), _mlp([16, 1100, 1100, 8], seed=1)
+    x = torch.randn(4, 16, generator=_gen(0), dtype=torch.float64)
+    widths = []
+    original = descent.max_assignment
+
+    def recorded(cost, **kwargs):
+        widths.append(cost.shape[0])
+        return original(cost, **kwargs)
+
+    monkeypatch.setattr(descent, "max_assignment", recorded)
+    certified = weight_matching(a, b, example_input=x)
+    assert max(widths) == 1100
+    monkeypatch.setattr(
+        descent,
+        "max_assignment",
+        lambda cost, **kwargs: np.asarray(
+            scipy.optimize.linear_sum_assignment(cost, maximize=True)[1]
+        ),
+    )
+    dense = weight_matching(a, b, example_input=x)
+    assert certified.history == dense.history
+    assert certified.iterations == dense.iterations >= 2
+    assert all(
+        torch.equal(certified.permutations[g], dense.permutations[g]) for g in dense.permutations
+    )
+
+
 def test_weight_matching_ends_at_a_coordinatewise_optimum_brute_force() -> None:
     """At convergence no permutation of any single group (all 4! of them) raises J."""
     widths = [3, 4, 4, 4, 2]

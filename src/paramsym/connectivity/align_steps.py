@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from paramsym.core.assignment import max_assignment
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Slot
@@ -252,7 +252,7 @@ def assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
     is optimal (no assignment beats the sum of the row maxima) and no assignment is solved."""
     if bool((cost.argmax(dim=1) == torch.arange(p.width)).all()):
         return False
-    _, columns = linear_sum_assignment(cost.numpy(), maximize=True)
+    columns = max_assignment(cost.numpy())
     if np.array_equal(columns, np.arange(p.width)):
         return False
     index = torch.as_tensor(columns, device=b[p.slots[0].name].device)

@@ -13,7 +13,7 @@ residual stream's orthogonal group):
   unit;
 * unit permutations (FFN units, conv channels) and head permutations (whole heads, query heads
   within a key/value group, whole key/value groups): one linear assignment per group
-  (``scipy.optimize.linear_sum_assignment``);
+  (:func:`paramsym.core.assignment.max_assignment`, exact);
 * the matrix groups — per-head query–key and value–output maps, RoPE's per-pair rotations, the
   stream's orthogonal group — restricted to their orthogonal elements, for which ‖g·θ_B‖ is
   constant and the best element given the others is an orthogonal Procrustes problem:

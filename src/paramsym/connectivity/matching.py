@@ -9,8 +9,10 @@ Two networks θ_A, θ_B of one architecture are aligned by permuting the hidden 
 
 (‖π·θ_B‖ does not depend on π). :func:`weight_matching` does coordinate descent over the
 permutation groups: with every other group fixed, J is linear in one group's permutation P,
-J = const + Σ_i C[i, p(i)], and the best P is a linear assignment problem, solved exactly with
-``scipy.optimize.linear_sum_assignment``. Each update is accepted only if it does not lower J, so
+J = const + Σ_i C[i, p(i)], and the best P is a linear assignment problem, solved exactly
+(:func:`paramsym.core.assignment.max_assignment`: scipy's sparse solver on each row's largest
+entries, certified optimal over the whole matrix by LP duality; scipy's dense solver below
+1024 units). Each update is accepted only if it does not lower J, so
 J never decreases; the descent stops when a sweep over all groups improves nothing.
 
 The result is a *coordinate-wise* optimum: no single group's permutation can raise J (tested

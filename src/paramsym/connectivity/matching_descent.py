@@ -4,7 +4,8 @@ permutation at a time by an exact linear assignment, until a sweep changes nothi
 J(P) = Σ_k ⟨θ_A[k], (P·θ_B)[k]⟩ is linear in one group's permutation when the others are
 fixed (unless the group permutes two axes of one tensor), so each step solves a linear
 assignment on the group's cost matrix (:class:`_CostMatrices`) with
-``scipy.optimize.linear_sum_assignment``. A group solved on a cost matrix that has not changed
+:func:`~paramsym.core.assignment.max_assignment` (started from the group's current
+permutation). A group solved on a cost matrix that has not changed
 since is skipped (:class:`_Solved`). :func:`~paramsym.connectivity.matching.weight_matching`
 is the public entry point; this module is its inner loop.
 """
@@ -16,10 +17,10 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
-import scipy.optimize
 import torch
 from torch import Tensor
 
+from paramsym.core.assignment import max_assignment
 from paramsym.core.linalg import CHUNK, float64_dot
 from paramsym.core.params import Params
 from paramsym.symmetry.base import Slot
@@ -42,22 +43,43 @@ def _neuron_rows(t: Tensor, slot: Slot, width: int) -> Tensor:
     return t.movedim(slot.axis, 0).reshape(width, -1)
 
 
+def _slot_entries(t: Tensor, slot: Slot, width: int) -> int:
+    """How many entries of ``t`` the slot's region holds."""
+    return t.numel() // t.shape[slot.axis] * slot.length(width)
+
+
 def _product(pairs: Sequence[tuple[Tensor, Tensor]], width: int, undo: Tensor) -> Tensor:
     """Σ over ``pairs`` of ``a @ b[undo]ᵀ`` (each a slot's ``(width, -1)`` rows of θ_A and θ_B)
-    as one matrix product of the rows laid side by side, in the models' dtype (float32 at
-    least), returned in float64: ``(width, width)``. θ_B's rows are put in ``undo``'s order
-    before the product where they are fewer than two float64 matrices' entries (a 3072-wide
-    FFN), else the product's columns after it (the residual stream, which reads every weight)."""
+    in the models' dtype (float32 at least), summed in float64: ``(width, width)``.
+
+    A slot of at least ``width²`` entries (each tensor of a transformer's residual stream) is
+    multiplied as it lies, a view of the tensor, and its product widened and added: that costs
+    less than copying the slot. The smaller slots (a 3072-wide FFN's rows, biases, norm
+    scales) are laid side by side and multiplied at once. θ_B's rows are put in ``undo``'s
+    order before the products where they are fewer than two float64 matrices' entries (the
+    FFN), else the sum's columns after them (the residual stream, which reads every weight)."""
     work = torch.float32
     for a, b in pairs:
         work = torch.promote_types(work, torch.promote_types(a.dtype, b.dtype))
     before = sum(b.numel() for _, b in pairs) < 2 * width**2
     index = undo.to(pairs[0][1].device)
-    a = torch.cat([a.to(work) for a, _ in pairs], dim=1) if len(pairs) > 1 else pairs[0][0]
-    b = torch.cat([b.to(work) for _, b in pairs], dim=1) if len(pairs) > 1 else pairs[0][1]
-    product = a.to(work) @ (b.index_select(0, index) if before else b).to(work).T
-    product = product.double().cpu()
-    return product if before else product[:, undo]
+    large = [(a, b) for a, b in pairs if a.numel() >= width**2]
+    small = [(a, b) for a, b in pairs if a.numel() < width**2]
+    if len(small) > 1:
+        large.append(
+            (
+                torch.cat([a.to(work) for a, _ in small], dim=1),
+                torch.cat([b.to(work) for _, b in small], dim=1),
+            )
+        )
+    elif small:
+        large.append(small[0])
+    total: Tensor | None = None
+    for a, b in large:
+        product = (a.to(work) @ (b.index_select(0, index) if before else b).to(work).T).cpu()
+        total = product.double() if total is None else total.add_(product)
+    assert total is not None  # pairs is not empty
+    return total if before else total[:, undo]
 
 
 KEEP_RATIO = 4
@@ -190,6 +212,16 @@ def coordinate_descent(
     solved = _Solved(actions, slots_a)
     linear = solved.linear  # the same condition: J and the cost matrix linear in the group
     costs = _CostMatrices(solved)
+    # A linear group whose slots hold most of the matched entries (a transformer's residual
+    # stream) moves nearly all of them: its gain is read off J recomputed on the moved θ_B (one
+    # float64 pass over both models), not gathered row pair by row pair (three, strided).
+    matched_entries = sum(t.numel() for k, t in state_a.items() if k not in unmatched)
+    whole = {
+        group: linear[group]
+        and 2 * sum(_slot_entries(state_a[s.name], s, action.width) for s in slots_a[group])
+        > matched_entries
+        for group, action in actions.items()
+    }
     objective = inner_product(state_a, current, unmatched)
     history = [objective]
     names = list(actions)
@@ -209,20 +241,26 @@ def coordinate_descent(
             solved.mark(group)
             if np.array_equal(cost.argmax(axis=1), old.numpy()):
                 continue  # each row at its maximum: no assignment does better (no LSAP needed)
-            _, columns = scipy.optimize.linear_sum_assignment(cost, maximize=True)
-            new = torch.as_tensor(columns, dtype=torch.long)
-            gain = _exact_gain(rows, old, new)
-            if gain <= tolerance * max(float(np.abs(cost).sum()), 1e-300):
-                continue
-            candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
-            if linear[group]:
-                value = objective + gain
-            else:
+            new = torch.as_tensor(max_assignment(cost, start=old.numpy()), dtype=torch.long)
+            threshold = tolerance * max(float(np.abs(cost).sum()), 1e-300)
+            if whole[group]:
+                candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
                 value = inner_product(state_a, candidate, unmatched)
-                if value < objective:
-                    # J is quadratic in P and the assignment step only its linearisation: a
-                    # step that lowers J is not taken.
+                if value - objective <= threshold:
                     continue
+            else:
+                gain = _exact_gain(rows, old, new)
+                if gain <= threshold:
+                    continue
+                candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
+                if linear[group]:
+                    value = objective + gain
+                else:
+                    value = inner_product(state_a, candidate, unmatched)
+                    if value < objective:
+                        # J is quadratic in P and the assignment step only its linearisation:
+                        # a step that lowers J is not taken.
+                        continue
             current, permutations[group], objective = candidate, new, value
             solved.changed(group)
             history.append(objective)
