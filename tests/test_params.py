@@ -123,3 +123,23 @@ def test_svd_falls_back_to_gesvd_where_gesdd_fails_to_converge(monkeypatch):
         torch.testing.assert_close(s, reference.S, rtol=1e-12, atol=0.0)
         torch.testing.assert_close(u[:, :5] * s @ vh, a, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(u.T @ u, torch.eye(u.shape[1], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dims", [[0], [1], [2], [0, 2], [1, 2], [0, 1], [-1]])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "narrowed"])
+def test_sum_of_squares_in_every_layout(dims, layout):
+    """core.linalg.sum_of_squares (the rescalings' rates) against the squares summed in
+    float64, whichever way the layout picks (vector_norm, or blocks of the outermost axis)."""
+    from paramsym.core.linalg import CHUNK, sum_of_squares
+
+    base = torch.randn(CHUNK // 256, 40, 9, generator=torch.Generator().manual_seed(0))
+    t = {
+        "contiguous": base,
+        "transposed": base.transpose(0, 2),
+        "narrowed": base[:, 3:30],
+    }[layout]
+    got = sum_of_squares(t, dims)
+    want = (t.double() ** 2).sum(dim=dims)
+    assert got.dtype == t.dtype
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=0)

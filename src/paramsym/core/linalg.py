@@ -4,6 +4,7 @@ lower-precision tensors a chunk at a time."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -111,4 +112,29 @@ def float64_squared_distance(a: Tensor, b: Tensor) -> float:
     for i in range(0, a.numel(), CHUNK):
         d = a[i : i + CHUNK].double() - b[i : i + CHUNK].double()
         total += float(torch.dot(d, d))
+    return total
+
+
+def sum_of_squares(t: Tensor, dim: Sequence[int]) -> Tensor:
+    """Σ t² over the axes ``dim``, in ``t``'s dtype (the per-neuron rates of a rescaling).
+
+    ``torch.linalg.vector_norm`` is the fastest where the summed axes are innermost in memory
+    (0.5 ms over the rows of a 4864 × 896 float32 matrix, one thread) and ten times slower
+    where they are not (18 ms over its columns, a ``Linear`` weight's input axis); there the
+    squares are summed as they lie, a block of the outermost summed axis at a time so that
+    the squares stay in cache (1.4 ms; 2–6 ms at once, as page faults of a tensor-sized
+    temporary allow, and 24 ms in float64)."""
+    axes = [d % t.ndim for d in dim]
+    summed = [t.stride(d) for d in axes if t.shape[d] > 1]
+    kept = [t.stride(d) for d in range(t.ndim) if d not in axes and t.shape[d] > 1]
+    if not summed or not kept or max(summed) < min(kept):
+        return torch.linalg.vector_norm(t, dim=axes) ** 2
+    outer = max((d for d in axes if t.shape[d] > 1), key=t.stride)
+    step = max(1, (CHUNK // 2) * t.shape[outer] // max(t.numel(), 1))
+    total: Tensor | None = None
+    for start in range(0, t.shape[outer], step):
+        block = t.narrow(outer, start, min(step, t.shape[outer] - start))
+        part = (block * block).sum(dim=axes)
+        total = part if total is None else total.add_(part)
+    assert total is not None
     return total

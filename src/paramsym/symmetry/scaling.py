@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from paramsym.core.linalg import sum_of_squares
 from paramsym.errors import InvalidGroupElementError
 from paramsym.symmetry.base import (
     GroupElement,
@@ -175,11 +176,11 @@ class PositiveScaling(PositiveVectorGroup, NeuronSymmetry):
 
     def _pairing(self, t: Tensor, c: Tensor, slot: Slot) -> Tensor:
         # Σ over the other axes of t ⊙ c; for c = t (‖∇L‖² by transport) one reduction pass
-        others = [a for a in range(t.ndim) if a != slot.axis] if self.per_neuron else None
+        others = [a for a in range(t.ndim) if a != slot.axis or not self.per_neuron]
         if others == []:  # a bias: nothing to sum over
             total = t * c
         elif c is t:
-            total = torch.linalg.vector_norm(t, dim=others) ** 2
+            total = sum_of_squares(t, others)
         else:
             total = (t * c).sum(dim=others)
         return slot.power * (total if self.per_neuron else total.reshape(1))

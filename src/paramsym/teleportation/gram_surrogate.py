@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from paramsym.core.linalg import float64_dot
+from paramsym.core.linalg import float64_dot, sum_of_squares
 from paramsym.core.params import Params
 from paramsym.symmetry.base import NeuronSymmetry
 from paramsym.symmetry.batched import MatrixBatch
@@ -102,7 +102,7 @@ def gram_surrogates(
                 work = block.T.to(torch.promote_types(v.dtype, torch.float32))
                 surrogate[start : start + width, :width] = torch.linalg.qr(work, mode="r")[1].T
             else:
-                surrogate[start : start + width, 0] = torch.linalg.vector_norm(block, dim=1)
+                surrogate[start : start + width, 0] = sum_of_squares(block, [1]).sqrt()
             covered[start : start + width] = True
         rest = moved[~covered]
         constants[name] = float(torch.sum(rest.double() ** 2)) if rest.numel() else 0.0
