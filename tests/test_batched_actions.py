@@ -68,9 +68,19 @@ def test_a_batch_acts_as_its_members_in_turn(kind):
         for m, gm in zip(batch.members, element[0], strict=True):
             expected = m.act(expected, gm)
             m.pull_back_in_place(carried, m.inverse(gm))
+        # a caller that owns no tensor: each touched one is replaced (computed out of place
+        # where the regions are whole leading rows, a Llama's q/k/v by heads, else copied
+        # first), never written
+        before = {k: v.clone() for k, v in params.items()}
+        moved_new, pulled_new = dict(params), dict(covector)
+        batch.act_in_place(moved_new, element, set())
+        batch.pull_back_in_place(pulled_new, batch.inverse(element), set())
         for k in params:
             torch.testing.assert_close(moved[k], expected[k], rtol=1e-13, atol=1e-13)
             torch.testing.assert_close(pulled[k], carried[k], rtol=1e-13, atol=1e-13)
+            torch.testing.assert_close(moved_new[k], expected[k], rtol=1e-13, atol=1e-13)
+            torch.testing.assert_close(pulled_new[k], carried[k], rtol=1e-13, atol=1e-13)
+            assert torch.equal(params[k], before[k])
         rates = batch.pullbacks(params, covector)
         for m, rate in zip(batch.members, rates, strict=True):
             torch.testing.assert_close(

@@ -213,7 +213,7 @@ class MatrixBatch:
         forward, backward = _pair(g)
         for name, axis, power, offsets in self._slots:
             matrices = forward if power > 0 else backward.transpose(1, 2)
-            self._apply(_owned(params, name, owned), axis, offsets, matrices)
+            self._write(params, name, owned, axis, offsets, matrices)
 
     def pull_back_in_place(
         self,
@@ -228,7 +228,35 @@ class MatrixBatch:
         for name, axis, power, offsets in self._slots:
             if name in covector:
                 matrices = forward.transpose(1, 2) if power > 0 else backward
-                self._apply(_owned(covector, name, owned), axis, offsets, matrices)
+                self._write(covector, name, owned, axis, offsets, matrices)
+
+    def _write(
+        self,
+        tensors: MutableMapping[str, Tensor],
+        name: str,
+        owned: set[str] | None,
+        axis: int,
+        offsets: list[int],
+        matrices: Tensor,
+    ) -> None:
+        """``tensors[name]``'s regions ← matrices · region (:meth:`_apply`). Where the members'
+        regions are the whole tensor's leading rows, side by side (a Llama's q/k/v projections
+        by heads) and the caller does not own it, the product is the new tensor: no copy of
+        it first and no write back."""
+        t = tensors[name]
+        n, w = len(offsets), self.width
+        if (
+            owned is not None
+            and name not in owned
+            and axis == 0
+            and t.is_contiguous()
+            and n * w == t.shape[0]
+            and offsets == list(range(0, n * w, w))
+        ):
+            tensors[name] = (matrices.to(t.dtype) @ t.reshape(n, w, -1)).reshape(t.shape)
+            owned.add(name)
+            return
+        self._apply(_owned(tensors, name, owned), axis, offsets, matrices)
 
     def pullbacks(
         self, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]
