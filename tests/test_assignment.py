@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -118,6 +120,14 @@ def test_a_gain_of_one_millionth_outside_the_candidates_is_found(
     np.testing.assert_array_equal(dense(cost), want)
     got = max_assignment(cost, candidates=1, dense_below=2)
     np.testing.assert_array_equal(got, want)
+
+
+def test_read_only_input_without_warnings() -> None:
+    cost = correlated(1100, seed=4)
+    cost.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(max_assignment(cost), dense(cost))
 
 
 def test_negative_cycle_gives_no_potentials() -> None:
