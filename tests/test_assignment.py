@@ -137,8 +137,10 @@ def test_negative_cycle_gives_no_potentials() -> None:
     rows, cols = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
     weights = (1.0 - c[rows, cols]) + 2.0
     swapped, best, zero = torch.tensor([1, 0]), torch.tensor([0, 1]), torch.zeros(2).double()
-    assert assignment._row_potentials(rows, cols, weights, swapped, 1.0, 2.0, c, zero) is None
-    found = assignment._row_potentials(rows, cols, weights, best, 1.0, 2.0, c, zero)
+    on_swapped = (1.0 - c[[0, 1], swapped]) + 2.0
+    on_best = (1.0 - c[[0, 1], best]) + 2.0
+    assert assignment._row_potentials(rows, cols, weights, swapped, on_swapped, zero) is None
+    found = assignment._row_potentials(rows, cols, weights, best, on_best, zero)
     assert found is not None
     d, dcol = found
     reduced = weights + d[rows] - dcol[cols]

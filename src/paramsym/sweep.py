@@ -133,7 +133,7 @@ def execute(
                 outcome = error
             finish(member, outcome)
     else:
-        _execute_local_pool(pending, finish, workers)
+        local_pool(pending, run_member, finish, workers)
     if failures:
         first = next(iter(failures.items()))
         raise ExperimentError(
@@ -141,12 +141,6 @@ def execute(
             "finished runs are saved, rerun the same command to retry only the failed ones"
         )
     return [m.key for m in pending]
-
-
-def _execute_local_pool(
-    pending: Sequence[Member], finish: Callable[[Member, Any], None], workers: int | None
-) -> None:
-    local_pool(pending, run_member, finish, workers)
 
 
 def local_pool(

@@ -63,19 +63,15 @@ def _product(pairs: Sequence[tuple[Tensor, Tensor]], width: int, undo: Tensor) -
         work = torch.promote_types(work, torch.promote_types(a.dtype, b.dtype))
     before = sum(b.numel() for _, b in pairs) < 2 * width**2
     index = undo.to(pairs[0][1].device)
-    large = [(a, b) for a, b in pairs if a.numel() >= width**2]
+    factors = [(a, b) for a, b in pairs if a.numel() >= width**2]
     small = [(a, b) for a, b in pairs if a.numel() < width**2]
-    if len(small) > 1:
-        large.append(
-            (
-                torch.cat([a.to(work) for a, _ in small], dim=1),
-                torch.cat([b.to(work) for _, b in small], dim=1),
-            )
-        )
+    if len(small) == 1:
+        factors.append(small[0])
     elif small:
-        large.append(small[0])
+        a_side = torch.cat([a.to(work) for a, _ in small], dim=1)
+        factors.append((a_side, torch.cat([b.to(work) for _, b in small], dim=1)))
     total: Tensor | None = None
-    for a, b in large:
+    for a, b in factors:
         product = (a.to(work) @ (b.index_select(0, index) if before else b).to(work).T).cpu()
         total = product.double() if total is None else total.add_(product)
     assert total is not None  # pairs is not empty
@@ -97,7 +93,7 @@ class _CostMatrices:
     order, a part that depends only on those other groups' permutations; a large part (the
     token embedding in the residual stream's matrix, 31% of GPT-2-small's weights, which no
     other group moves) is kept with the versions of the groups it depends on (``_Solved``) and
-    reused until one of them changes. The other parts are summed in one matrix product, in
+    reused until one of them changes. The other parts are multiplied together (:func:`_product`), in
     the models' dtype (float32 at least; twice the work and a widened copy of each slot in
     float64), and the parts are summed in float64. A float32 model's assignment thus sees C to
     float32 rounding; whether its step gains is decided exactly (:func:`_exact_gain`).
@@ -243,24 +239,20 @@ def coordinate_descent(
                 continue  # each row at its maximum: no assignment does better (no LSAP needed)
             new = torch.as_tensor(max_assignment(cost, start=old.numpy()), dtype=torch.long)
             threshold = tolerance * max(float(np.abs(cost).sum()), 1e-300)
-            if whole[group]:
-                candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
-                value = inner_product(state_a, candidate, unmatched)
-                if value - objective <= threshold:
-                    continue
+            gain = 0.0 if whole[group] else _exact_gain(rows, old, new)
+            if not whole[group] and gain <= threshold:
+                continue
+            candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
+            if linear[group] and not whole[group]:
+                value = objective + gain
             else:
-                gain = _exact_gain(rows, old, new)
-                if gain <= threshold:
+                value = inner_product(state_a, candidate, unmatched)
+                if whole[group] and value - objective <= threshold:
                     continue
-                candidate = action.act_unchecked(current, action.compose(new, action.inverse(old)))
-                if linear[group]:
-                    value = objective + gain
-                else:
-                    value = inner_product(state_a, candidate, unmatched)
-                    if value < objective:
-                        # J is quadratic in P and the assignment step only its linearisation:
-                        # a step that lowers J is not taken.
-                        continue
+                if value < objective:
+                    # J is quadratic in P and the assignment step only its linearisation: a
+                    # step that lowers J is not taken.
+                    continue
             current, permutations[group], objective = candidate, new, value
             solved.changed(group)
             history.append(objective)
@@ -294,7 +286,7 @@ class _Solved:
     would give the same answer: the group is skipped, neither its matrix nor its assignment
     recomputed. A sweep in which few groups move (the last one moves none) costs few matrix
     products and assignments; each cost matrix of a transformer's residual stream reads every
-    weight of the model, and an assignment of a 3072-wide FFN takes about a second."""
+    weight of the model, and an assignment of a 3072-wide FFN takes 0.2 s (0.7 s densely)."""
 
     def __init__(
         self,

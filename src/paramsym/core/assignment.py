@@ -118,6 +118,11 @@ def _certified(c: Tensor, start: Tensor, candidates: int) -> tuple[np.ndarray, i
     high, low = float(c.max()), float(c.min())
     offset = (high - low) or 1.0  # the weights below lie in [offset, 2 offset]
     tolerance = TOLERANCE * max(abs(high), abs(low))
+
+    def weight(i: Tensor, j: Tensor) -> Tensor:
+        """Minimised: w = high − C + offset > 0, positive as the sparse solver needs."""
+        return (high - c[i, j]) + offset
+
     top = torch.topk(c, candidates, dim=1, sorted=False).indices
     rows = torch.cat([torch.arange(n).repeat_interleave(candidates), torch.arange(n)])
     cols = torch.cat([top.reshape(-1), start])
@@ -125,15 +130,15 @@ def _certified(c: Tensor, start: Tensor, candidates: int) -> tuple[np.ndarray, i
     for rounds in range(1, MAX_ROUNDS + 1):
         key = torch.unique(rows * n + cols)
         rows, cols = key // n, key % n
-        # Minimise w = high − C + offset > 0: positive weights, as the sparse solver needs.
-        weights = (high - c[rows, cols]) + offset
+        weights = weight(rows, cols)
         graph = scipy.sparse.csr_array(
             (weights.numpy(), (rows.numpy(), cols.numpy())), shape=(n, n)
         )
         matched = torch.from_numpy(
             scipy.sparse.csgraph.min_weight_full_bipartite_matching(graph)[1]
         ).long()
-        potentials = _row_potentials(rows, cols, weights, matched, high, offset, c, d)
+        on_matching = weight(torch.arange(n), matched)
+        potentials = _row_potentials(rows, cols, weights, matched, on_matching, d)
         if potentials is None:
             return None
         d, dcol = potentials
@@ -153,12 +158,11 @@ def _row_potentials(
     cols: Tensor,
     weights: Tensor,
     matched: Tensor,
-    high: float,
-    offset: float,
-    c: Tensor,
+    on_matching: Tensor,
     start: Tensor,
 ) -> tuple[Tensor, Tensor] | None:
-    """Potentials of the candidate graph's optimal matching (row i ↦ column ``matched[i]``):
+    """Potentials of the candidate graph's optimal matching (row i ↦ column ``matched[i]``,
+    weight ``on_matching[i]``):
     row distances d and column distances dcol with w_ij + d_i − dcol_j ≥ 0 on every candidate
     and = 0 on the matching; None if rounding left a negative cycle.
 
@@ -171,7 +175,6 @@ def _row_potentials(
     n = matched.shape[0]
     owner = torch.empty_like(matched)
     owner[matched] = torch.arange(n)
-    on_matching = (high - c[torch.arange(n), matched]) + offset  # w_{i, σ(i)}, by row
     target = owner[cols]
     arc = weights - on_matching[target]
     d = start
