@@ -11,6 +11,7 @@ import torch
 
 from paramsym.core import assignment
 from paramsym.core.assignment import max_assignment
+from paramsym.errors import InvalidArgumentError
 
 
 def dense(cost: np.ndarray) -> np.ndarray:
@@ -177,5 +178,5 @@ def test_small_and_rectangular_are_solved_densely(shape: tuple[int, int]) -> Non
     ],
 )
 def test_bad_input_is_named(cost: np.ndarray, kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         max_assignment(cost, **kwargs)

@@ -41,6 +41,8 @@ import scipy.sparse.csgraph
 import torch
 from torch import Tensor
 
+from paramsym.errors import InvalidArgumentError
+
 CANDIDATES = 32
 """How many of each row's largest entries the sparse problem starts from."""
 
@@ -90,17 +92,23 @@ def max_assignment(
     """
     matrix = np.asarray(cost, dtype=np.float64)
     if matrix.ndim != 2:
-        raise ValueError(f"max_assignment: cost must be a matrix, got shape {matrix.shape}")
+        raise InvalidArgumentError(
+            f"max_assignment: cost must be a matrix, got shape {matrix.shape}"
+        )
     if not np.isfinite(matrix).all():
-        raise ValueError("max_assignment: cost has non-finite entries (nan or inf)")
+        raise InvalidArgumentError(
+            "max_assignment: cost has non-finite entries (nan or inf); pass a finite matrix"
+        )
     if candidates < 1:
-        raise ValueError(f"max_assignment: candidates must be at least 1, got {candidates}")
+        raise InvalidArgumentError(
+            f"max_assignment: candidates must be at least 1, got {candidates}"
+        )
     n, m = matrix.shape
     if n != m or n < max(dense_below, 2) or candidates >= n:
         return _dense(matrix)
     first = np.arange(n) if start is None else np.asarray(start, dtype=np.int64)
     if first.shape != (n,) or not np.array_equal(np.sort(first), np.arange(n)):
-        raise ValueError(f"max_assignment: start must be a permutation of {n} columns")
+        raise InvalidArgumentError(f"max_assignment: start must be a permutation of {n} columns")
     if not matrix.flags.writeable:  # torch.from_numpy warns on read-only arrays
         matrix = matrix.copy()
     solved = _certified(torch.from_numpy(matrix), torch.from_numpy(first), candidates)
