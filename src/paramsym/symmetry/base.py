@@ -538,8 +538,9 @@ class NeuronSymmetry(Symmetry):
     ) -> None:
         """m ← Aᵀ m for the linear action A: θ ↦ g·θ, region by region (the transpose of
         :meth:`act_in_place`, slots in reverse order), into ``covector`` as
-        :meth:`act_in_place` writes ``params``. With g⁻¹ this carries a gradient along a move
-        by g: ∇L(g·θ) = A_{g⁻¹}ᵀ ∇L(θ). Only where :attr:`acts_in_place`."""
+        :meth:`act_in_place` writes ``params``; the parameters ``covector`` lacks are skipped
+        (the slots are independent). With g⁻¹ this carries a gradient along a move by g:
+        ∇L(g·θ) = A_{g⁻¹}ᵀ ∇L(θ). Only where :attr:`acts_in_place`."""
         self._slot_by_slot(covector, g, owned, transpose=True)
 
     def _slot_by_slot(
@@ -551,10 +552,13 @@ class NeuronSymmetry(Symmetry):
     ) -> None:
         if not self.acts_in_place:
             raise InvalidArgumentError(f"{self.name}: its action is not slot by slot")
-        ref = tensors[self.slots[0].name]
+        present = [slot for slot in self.slots if slot.name in tensors]
+        if not present:
+            return
+        ref = tensors[present[0].name]
         prepared = self._prepare(g, ref.dtype, ref.device)
         transform = self._transform_transpose if transpose else self._transform
-        for slot in reversed(self.slots) if transpose else self.slots:
+        for slot in reversed(present) if transpose else present:
             name = slot.name
             if owned is not None and name not in owned:
                 owned.add(name)

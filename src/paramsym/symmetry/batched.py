@@ -275,8 +275,8 @@ class MatrixBatch:
             c = p if same else self._rows(cotangent[name], axis, offsets).to(p.dtype)
             term = matrix_pairing(p, c, power)
             total = term if total is None else total + term
-        if total is None:
-            ref = params[self._slots[0][0]]
+        if total is None:  # none of its tensors given: every rate zero
+            ref = next(iter(params.values()), torch.zeros(()))
             total = ref.new_zeros(len(self.members), self.width, self.width)
         return [m._algebra_adjoint(part) for m, part in zip(self.members, total, strict=True)]
 

@@ -39,6 +39,13 @@ from paramsym.core.backends import differentiable_attention
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import GroupElement, Symmetry
+from paramsym.teleportation.gradient_factors import (
+    FactoredTensors,
+    Factors,
+    checked,
+    recorded_factors,
+    two_sided,
+)
 from paramsym.teleportation.gram_surrogate import gram_surrogates, squared_norm
 from paramsym.teleportation.objectives import (
     Batch,
@@ -75,6 +82,9 @@ class Point:
         trail: the elements of every accepted step since the start (transport path, which
             leaves ``params`` at the start and moves them once, in :meth:`AscentPath.finish`).
         parts: J's terms tensor by tensor (transport path, diagonal quadratic objectives).
+        factors: the transported ∇L of the tensors moved along both axes, as two factors
+            (transport path for J = w‖∇L‖², :mod:`~paramsym.teleportation.gradient_factors`;
+            ``loss_gradient`` lacks them).
     """
 
     params: Params
@@ -89,6 +99,7 @@ class Point:
     ascent: list[Tensor] = field(default_factory=list)
     trail: list[list[tuple[Unit, GroupElement]]] = field(default_factory=list)
     parts: dict[str, float] = field(default_factory=dict)
+    factors: dict[str, Factors] = field(default_factory=dict)
 
 
 def transport_obstacle(
@@ -296,19 +307,26 @@ class TransportAscent(AscentPath):
         self.weights = weights
         self.moving = [i for i, s in enumerate(orbit.symmetries) if not s.translation]
         self.constants: dict[str, float] = {}  # of the Gram surrogates (gram_surrogate.py)
+        self.factored: FactoredTensors | None = None  # gradient_factors.py
 
     def _point(
         self,
         loss_gradient: Params,
         previous: Mapping[str, float] | None = None,
         changed: Sequence[str] = (),
+        factors: Mapping[str, Factors] | None = None,
     ) -> Point:
-        """J = f(v) for the transported gradient v, and c = ∇f(v) where it needs autograd.
-        For a diagonal quadratic f, the terms of the tensors not ``changed`` since
-        ``previous`` are kept."""
+        """J = f(v) for the transported gradient v (with the ``factors`` of its two-sided
+        tensors), and c = ∇f(v) where it needs autograd. For a diagonal quadratic f, the
+        terms of the tensors not ``changed`` since ``previous`` are kept."""
+        factors = dict(factors or {})
         if self.weights is not None:
             parts = dict(previous or {})
-            for k in changed if previous is not None else loss_gradient:
+            for k in changed if previous is not None else [*loss_gradient, *factors]:
+                if k in factors:  # one weight (factors are kept for J = w‖v‖² only)
+                    assert isinstance(self.weights, float)
+                    parts[k] = self.weights * factors[k].squared_norm()
+                    continue
                 flat = loss_gradient[k].reshape(-1)
                 if isinstance(self.weights, float):
                     parts[k] = self.weights * (
@@ -318,7 +336,14 @@ class TransportAscent(AscentPath):
                     parts[k] = float(torch.dot(self.weights[k].reshape(-1) * flat, flat))
             value = math.fsum(parts.values())
             return Point(
-                self.theta, value, self.loss_before, {}, math.nan, loss_gradient, parts=parts
+                self.theta,
+                value,
+                self.loss_before,
+                {},
+                math.nan,
+                loss_gradient,
+                parts=parts,
+                factors=factors,
             )
         leaves = {k: v.detach().requires_grad_(True) for k, v in loss_gradient.items()}
         with torch.enable_grad():
@@ -354,16 +379,24 @@ class TransportAscent(AscentPath):
 
     def start(self, params: Mapping[str, Tensor], covectors: Sequence[Params]) -> Point:
         self.theta = {k: v.detach() for k, v in params.items()}
-        _, gradient = self.loss_and_gradient(self.theta)
-        if isinstance(self.weights, float):  # J = w‖v‖²: the steps read only Grams of v
+        if not isinstance(self.weights, float):
+            _, gradient = self.loss_and_gradient(self.theta)
+            point = self._point(gradient)
+        else:  # J = w‖v‖²: the steps read only Grams of v, or its factors
             moving = set(self.moving)
             units = [
                 unit
                 for unit, members in zip(self.orbit.units, self.orbit.members, strict=True)
                 if moving.intersection(members)
             ]
-            gradient, self.constants = gram_surrogates(units, gradient)
-        point = self._point(gradient)
+            shapes = {k: t.shape for k, t in self.theta.items()}
+            with recorded_factors(self.model, two_sided(units, shapes)) as recorded:
+                _, gradient = self.loss_and_gradient(self.theta)
+            factors = checked(recorded, gradient)
+            self.factored = FactoredTensors(self.orbit, list(factors))
+            ordinary = {k: v for k, v in gradient.items() if k not in factors}
+            gradient, self.constants = gram_surrogates(units, ordinary)
+            point = self._point(gradient, factors=factors)
         point.grad_norm = self._gradient_norm(point)
         point.covectors = list(covectors)
         return point
@@ -373,7 +406,10 @@ class TransportAscent(AscentPath):
         if isinstance(self.objective, GradNorm):
             return math.sqrt(max(point.value, 0.0))
         assert point.loss_gradient is not None
-        return math.sqrt(squared_norm(point.loss_gradient, self.constants))
+        return math.sqrt(
+            squared_norm(point.loss_gradient, self.constants)
+            + math.fsum(f.squared_norm() for f in point.factors.values())
+        )
 
     def advance(self, point: Point, xis: Sequence[Tensor]) -> Point:
         """∇L carried through the step's elements (θ stays, see :meth:`finish`)."""
@@ -381,8 +417,16 @@ class TransportAscent(AscentPath):
         elements = self.orbit.elements(xis, skip_zero=True)
         moves: list[Move] = [(unit, g, self.theta) for unit, g in elements]
         gradient = self.orbit.transport(point.loss_gradient, moves)
+        factors = point.factors
+        if self.factored is not None and factors:
+            factors = self.factored.transport(factors, elements)
         changed = list(dict.fromkeys(n for unit, _ in elements for n in unit.parameter_names))
-        trial = self._point(gradient, point.parts, [k for k in changed if k in gradient])
+        trial = self._point(
+            gradient,
+            point.parts,
+            [k for k in changed if k in gradient or k in factors],
+            factors,
+        )
         trial.trail = [*point.trail, elements]
         trial.covectors, trial.moves = point.covectors, moves
         return trial
@@ -405,6 +449,9 @@ class TransportAscent(AscentPath):
             at, factor = point.gradient, 1.0
         rates = self.orbit.pullback(at, v, only=self.moving)
         by_index = dict(zip(self.moving, rates, strict=True))
+        if self.factored is not None and point.factors:  # only for J = w‖v‖² (start)
+            for i, rate in self.factored.rates(point.factors, self.moving).items():
+                by_index[i] = by_index[i] + rate.to(by_index[i].dtype)
         affine = [i for i in self.moving if not self.orbit.symmetries[i].linear]
         if affine:
             moved = {n for i in affine for n in self.orbit.symmetries[i].parameter_names}
@@ -434,6 +481,7 @@ class TransportAscent(AscentPath):
                 point.loss_gradient,
                 covectors=point.covectors,
                 parts=point.parts,
+                factors=point.factors,
             )
         if math.isnan(done.grad_norm):
             done.grad_norm = self._gradient_norm(done)

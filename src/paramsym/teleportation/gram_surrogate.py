@@ -43,7 +43,7 @@ Row = tuple[str, int, int, int, bool]
 """(parameter, axis, first index, width, matrix action) of one moved region."""
 
 
-def _regions(unit: Unit) -> list[Row] | None:
+def moved_regions(unit: Unit) -> list[Row] | None:
     """The regions ``unit`` multiplies along an axis, or ``None`` for an action that does not
     act that way (affine, data-dependent, whole-tensor scales, blocks of entries per
     neuron)."""
@@ -75,7 +75,7 @@ def gram_surrogates(
     by_tensor: dict[str, list[Row]] = {}
     refused: set[str] = set()
     for unit in units:
-        rows = _regions(unit)
+        rows = moved_regions(unit)
         if rows is None:
             refused.update(unit.parameter_names)
             continue

@@ -109,14 +109,21 @@ class Orbit:
         (:meth:`~paramsym.symmetry.base.Symmetry.cotangent_pullback`)."""
         wanted = range(len(self.symmetries)) if only is None else only
         rates: dict[int, Tensor] = {}
-        for unit, members in zip(self.units, self.members, strict=True):
-            if not any(i in wanted for i in members):
-                continue
-            if isinstance(unit, MatrixBatch):
-                rates.update(zip(members, unit.pullbacks(params, cotangent), strict=True))
-            else:
-                rates[members[0]] = unit.cotangent_pullback(params, cotangent, self._x(unit))
+        for index, members in enumerate(self.members):
+            if any(i in wanted for i in members):
+                rates.update(self.unit_pullback(index, params, cotangent))
         return [rates[i].to(self.dtype) for i in wanted]
+
+    def unit_pullback(
+        self, index: int, params: Mapping[str, Tensor], cotangent: Mapping[str, Tensor]
+    ) -> dict[int, Tensor]:
+        """:meth:`pullback` for the members of ``units[index]`` (symmetry position: rate),
+        from the tensors ``params`` and ``cotangent`` hold (a slot-by-slot action pairs the
+        slots present)."""
+        unit, members = self.units[index], self.members[index]
+        if isinstance(unit, MatrixBatch):
+            return dict(zip(members, unit.pullbacks(params, cotangent), strict=True))
+        return {members[0]: unit.cotangent_pullback(params, cotangent, self._x(unit))}
 
     def through_actions(self, params: Mapping[str, Tensor]) -> tuple[list[Tensor], Params]:
         """(ξ, q(ξ)): algebra coordinates at zero that require grad, and the point moved by
@@ -186,11 +193,14 @@ class Orbit:
         m = dict(covector)
         owned: set[str] = set()
         for s, g, after in moves:
-            inverse = s.inverse(g)
             names = [k for k in s.parameter_names if k in m]
-            in_place = getattr(s, "acts_in_place", False)
-            if isinstance(s, MatrixBatch) or (in_place and len(names) == len(s.parameter_names)):
-                with torch.no_grad():  # one copy of each tensor, regions rewritten in place
+            if not names:
+                continue
+            inverse = s.inverse(g)
+            if isinstance(s, MatrixBatch) or getattr(s, "acts_in_place", False):
+                # slot by slot (the tensors ``m`` lacks skipped): one copy of each tensor,
+                # regions rewritten in place
+                with torch.no_grad():
                     s.pull_back_in_place(m, inverse, owned)  # type: ignore[union-attr]
                 continue
             assert isinstance(s, Symmetry)
