@@ -186,3 +186,34 @@ def test_continuous_elements_are_away_from_the_identity():
     assert float((verification_elements(gl, F64)[0] - torch.eye(4)).abs().max()) > 0.1
     with pytest.raises(ps.InvalidArgumentError, match="all the identity"):
         gl.sample(scale=0.0, non_identity=True)
+
+
+class Counted(nn.Module):
+    """An MLP that records the leading size of every input it runs on; with ``fixed`` it
+    runs only on exactly 40 rows (its leading axis is not a batch)."""
+
+    def __init__(self, fixed: bool) -> None:
+        super().__init__()
+        self.net = ps.mlp([3, 1, 2], activation="identity", seed=0).double()
+        self.fixed, self.seen = fixed, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x.shape[0])
+        if self.fixed and x.shape[0] != 40:
+            raise RuntimeError("this model reads exactly 40 rows")
+        return self.net(x)
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_large_batch_is_checked_on_its_first_examples(fixed):
+    """Verification's forwards read the first ``VERIFY_EXAMPLES`` = 16 of a batch of 40 (its
+    cost does not grow with the batch), and still catch a false symmetry there; a model that
+    cannot run on them (the leading axis was not a batch) is checked on the whole input."""
+    model = Counted(fixed)
+    x = torch.randn(40, 3, dtype=F64, generator=torch.Generator().manual_seed(0))
+    wrong = SignFlip(1, ["net.0.weight"], ["net.2.weight"])  # the bias does not flip
+    with pytest.warns(ps.SymmetryVerificationWarning, match=r"sign_flip"):
+        verify_symmetries(model, [wrong], x)
+    assert not wrong.exact
+    assert set(model.seen[1:] if fixed else model.seen) == {40 if fixed else 16}
+    assert model.seen[0] == 16

@@ -51,6 +51,12 @@ VERIFY_DRAWS = 3
 VERIFY_SCALE = 0.5
 """Scale of the element drawn from a continuous group (see :meth:`Symmetry.sample`)."""
 
+VERIFY_EXAMPLES = 16
+"""A batch whose tensors share a leading (batch) size above this is checked on its first
+``VERIFY_EXAMPLES`` examples: the check is of the model's structure, and its cost should not
+grow with the batch an analysis runs on (a teleport's 1024 examples made it 3 gradients of a
+small MLP per call)."""
+
 _DISTINCT_ATTEMPTS = 32
 """Non-identity draws from a finite group in search of ``VERIFY_DRAWS`` distinct ones."""
 
@@ -86,6 +92,22 @@ def _outputs(model: nn.Module, state: dict[str, Tensor], example_input: Any) -> 
     leaves = [t.reshape(-1) for t in pytree.tree_leaves(raw) if isinstance(t, Tensor)]
     floating = [t for t in leaves if t.is_floating_point()]
     return torch.cat(floating) if floating else torch.zeros(0)
+
+
+def leading_examples(example_input: Any, count: int = VERIFY_EXAMPLES) -> Any:
+    """``example_input`` cut to its first ``count`` examples where every tensor in it has one
+    leading size above ``count`` (a batch); otherwise unchanged.
+
+    >>> leading_examples({"x": torch.zeros(100, 3), "mask": torch.ones(100)})["x"].shape
+    torch.Size([16, 3])
+    >>> leading_examples(torch.zeros(3, 100)).shape
+    torch.Size([3, 100])
+    """
+    leaves = [t for t in pytree.tree_leaves(example_input) if isinstance(t, Tensor)]
+    sizes = {t.shape[0] if t.dim() else -1 for t in leaves}  # -1: a scalar, no batch
+    if len(sizes) != 1 or next(iter(sizes)) <= count:
+        return example_input
+    return pytree.tree_map(lambda t: t[:count] if isinstance(t, Tensor) else t, example_input)
 
 
 def verification_elements(
@@ -169,7 +191,8 @@ def verify_symmetries(
     ``example_input`` with its :func:`verification_elements` (in the parameters' dtype);
     downgrade (``exact=False``, a note) and warn about those that fail.
     Returns ``found`` (the same objects). A ``synthesized`` batch the model cannot run (the
-    chain does not start with a (batch, features) layer after all) skips the check."""
+    chain does not start with a (batch, features) layer after all) skips the check. A large
+    batch is checked on its first examples (:func:`leading_examples`)."""
     params = params_of(model)
     if not params:
         return list(found)
@@ -178,13 +201,23 @@ def verify_symmetries(
     failed = []
     with _without_dropout(model):
         recorder = _FloatingDtypes()
-        try:
-            with recorder:
-                reference = _outputs(model, state, example_input)
-        except Exception:  # only a batch paramsym guessed can fail here: nothing to check on
-            if not synthesized:
-                raise
-            return list(found)
+        # the first examples, then (where the leading axis was not the batch's after all)
+        # the whole input
+        candidates = list(
+            {id(c): c for c in (leading_examples(example_input), example_input)}.values()
+        )
+        for k, candidate in enumerate(candidates):
+            try:
+                with recorder:
+                    reference = _outputs(model, state, candidate)
+            except Exception:
+                if k + 1 < len(candidates):
+                    continue
+                if not synthesized:  # only a batch paramsym guessed can fail: nothing to check
+                    raise
+                return list(found)
+            example_input = candidate
+            break
         lowest = compute_dtype(recorder.dtypes, dtype)
         tolerance = torch.finfo(lowest).eps ** 0.5
         changes = {

@@ -197,6 +197,7 @@ class FactoredTensors:
 
     def __init__(self, orbit: Orbit, names: Sequence[str]) -> None:
         self.orbit = orbit
+        self.position = {id(u): i for i, u in enumerate(orbit.units)}
         # per unit position: (its factored tensors, the axis it moves each along)
         self.units: dict[int, dict[str, int]] = {}
         for position, unit in enumerate(orbit.units):
@@ -210,10 +211,9 @@ class FactoredTensors:
     ) -> dict[str, Factors]:
         """The factors carried through a step's elements (:meth:`Orbit.transport`'s m ← A_g⁻ᵀ m,
         each action applied to the factor of its axis)."""
-        position = {id(u): i for i, u in enumerate(self.orbit.units)}
         out = dict(factors)
         for unit, g in elements:
-            on = self.units.get(position[id(unit)])
+            on = self.units.get(self.position[id(unit)])
             if not on:
                 continue
             sides = {name: out[name].side(axis) for name, axis in on.items()}
@@ -227,8 +227,9 @@ class FactoredTensors:
         """Each wanted symmetry's rate ⟨T_ξ(V), V⟩ summed over the factored tensors V it moves
         (module docstring), by symmetry position."""
         out: dict[int, Tensor] = {}
+        asked = set(wanted)
         for index, on in self.units.items():
-            if not any(i in wanted for i in self.orbit.members[index]):
+            if asked.isdisjoint(self.orbit.members[index]):
                 continue
             point = {name: factors[name].side(axis) for name, axis in on.items()}
             covector = {name: factors[name].covector(axis) for name, axis in on.items()}
