@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 import paramsym as ps
@@ -133,3 +135,17 @@ def random_batch(n: int, inputs: int = 4, outputs: int = 3, seed: int = 1, class
         else torch.randn(n, outputs, generator=g, dtype=torch.float64)
     )
     return x, y
+
+
+def assert_same_teleport(fast: Any, whole: Any) -> None:
+    """Two default teleports (``TeleportResult``) took the same 10 steps to the same point
+    (float64 tolerances), raised the objective, and kept the loss to 1e-10 relative."""
+    assert fast.steps == whole.steps == 10
+    assert fast.gain > 1.0
+    assert fast.objective_after == pytest.approx(whole.objective_after, rel=1e-12)
+    assert [s.objective for s in fast.history] == pytest.approx(
+        [s.objective for s in whole.history], rel=1e-12
+    )
+    for key in fast.params:
+        torch.testing.assert_close(fast.params[key], whole.params[key], rtol=1e-10, atol=1e-13)
+    assert abs(fast.loss_after - fast.loss_before) <= 1e-10 * abs(fast.loss_before)

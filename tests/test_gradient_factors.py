@@ -4,7 +4,6 @@ axes carried as the two factors of its gradient, against the whole tensors."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from torch import nn
 from torch.nn import functional
 
 import paramsym as ps
-from helpers import seeded
+from helpers import assert_same_teleport, seeded
 from paramsym.teleportation import ascent, gradient_factors
 from paramsym.teleportation.gradient_factors import Factors, checked, recorded_factors
 
@@ -91,25 +90,16 @@ def test_factors_read_what_the_whole_tensor_gives():
     assert float(((f.side(1) @ columns.T) * f.covector(1)).sum()) == pytest.approx(whole_columns)
 
 
-def _hf_case(kind: str) -> tuple[nn.Module, Any, tuple[Any, Any]]:
-    pytest.importorskip("transformers")
-    from hf_models import build, example_input
-
-    model = build(kind)
-    x = example_input(kind)
-    out = ps.functional_call(model, ps.params_of(model), x)
-    first = out[0] if isinstance(out, tuple) else next(iter(out.values()))
-    target = torch.randn(first.shape, generator=seeded(11), dtype=F64)
-    return model, lambda output, y: ((output[0] - y) ** 2).mean(), (x, target)
-
-
 @pytest.mark.parametrize("kind", ["gpt2-lm", "llama", "phi", "opt", "bloom"])
 def test_factored_teleport_equals_the_whole_tensors(kind, monkeypatch):
     """The default teleport (Hugging Face models, float64) with the two-sided tensors
     carried as factors takes the same steps to the same point as with the whole tensors;
     some tensors were factored (``Conv1D`` on GPT-2, ``Linear`` on the others: not vacuous);
     the loss is kept to 1e-10 relative."""
-    model, loss_fn, batch = _hf_case(kind)
+    pytest.importorskip("transformers")
+    from hf_models import regression_case
+
+    model, loss_fn, batch = regression_case(kind)
     factored: list[list[str]] = []
     original = ascent.checked
 
@@ -125,12 +115,4 @@ def test_factored_teleport_equals_the_whole_tensors(kind, monkeypatch):
     whole = ps.teleport(copy.deepcopy(model), loss_fn, batch, method="transport")
     assert factored[0]
     assert factored[1] == []
-    assert fast.steps == whole.steps == 10
-    assert fast.gain > 1.0
-    assert fast.objective_after == pytest.approx(whole.objective_after, rel=1e-12)
-    assert [s.objective for s in fast.history] == pytest.approx(
-        [s.objective for s in whole.history], rel=1e-12
-    )
-    for key in fast.params:
-        torch.testing.assert_close(fast.params[key], whole.params[key], rtol=1e-10, atol=1e-13)
-    assert abs(fast.loss_after - fast.loss_before) <= 1e-10 * abs(fast.loss_before)
+    assert_same_teleport(fast, whole)

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.symmetry.base import GroupElement
-from paramsym.teleportation.gram_surrogate import moved_regions
+from paramsym.teleportation.gram_surrogate import moved_regions, regions_by_tensor
 from paramsym.teleportation.orbit import Orbit, Unit
 
 MAX_SHARE = 0.25
@@ -85,26 +85,16 @@ class Factors:
 def two_sided(units: Sequence[Unit], shapes: Mapping[str, torch.Size]) -> list[str]:
     """The 2-D tensors that ``units`` move along both axes, where every unit touching the
     tensor multiplies regions along one axis of it
-    (:func:`~paramsym.teleportation.gram_surrogate.moved_regions`)."""
-    axes: dict[str, set[int]] = {}
-    refused: set[str] = set()
-    for unit in units:
-        regions = moved_regions(unit)
-        if regions is None:
-            refused.update(unit.parameter_names)
-            continue
-        by_name: dict[str, set[int]] = {}
-        for name, axis, *_ in regions:
-            by_name.setdefault(name, set()).add(axis)
-        for name, on in by_name.items():
-            if len(on) > 1:
-                refused.add(name)
-            axes.setdefault(name, set()).update(on)
-    return [
-        name
-        for name, on in axes.items()
-        if name not in refused and len(shapes[name]) == 2 and on == {0, 1}
-    ]
+    (:func:`~paramsym.teleportation.gram_surrogate.regions_by_tensor`)."""
+    out = []
+    for name, entries in regions_by_tensor(units).items():
+        by_unit: dict[int, set[int]] = {}
+        for position, (_, axis, *_) in entries:
+            by_unit.setdefault(position, set()).add(axis)
+        axes = set().union(*by_unit.values())
+        if len(shapes[name]) == 2 and axes == {0, 1} and all(len(a) == 1 for a in by_unit.values()):
+            out.append(name)
+    return out
 
 
 def _layout(module: nn.Module) -> str | None:

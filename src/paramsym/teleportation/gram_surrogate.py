@@ -66,25 +66,33 @@ def moved_regions(unit: Unit) -> list[Row] | None:
     return [(s.name, s.axis, s.offset or 0, unit.width, matrix) for s in unit.slots]
 
 
+def regions_by_tensor(units: Sequence[Unit]) -> dict[str, list[tuple[int, Row]]]:
+    """The regions ``units`` move, by tensor, each with its unit's position in ``units``;
+    without the tensors that any unit moves in another way (:func:`moved_regions` is
+    ``None``)."""
+    by_tensor: dict[str, list[tuple[int, Row]]] = {}
+    refused: set[str] = set()
+    for position, unit in enumerate(units):
+        rows = moved_regions(unit)
+        if rows is None:
+            refused.update(unit.parameter_names)
+            continue
+        for row in rows:
+            by_tensor.setdefault(row[0], []).append((position, row))
+    return {name: rows for name, rows in by_tensor.items() if name not in refused}
+
+
 def gram_surrogates(
     units: Sequence[Unit], gradient: Mapping[str, Tensor]
 ) -> tuple[Params, dict[str, float]]:
     """(v with each eligible tensor replaced by its surrogate, ‖v_k‖² − ‖surrogate‖² of
     those tensors): see the module docstring. ``units``: the actions that move (never the
     translations, which a transport never moves)."""
-    by_tensor: dict[str, list[Row]] = {}
-    refused: set[str] = set()
-    for unit in units:
-        rows = moved_regions(unit)
-        if rows is None:
-            refused.update(unit.parameter_names)
-            continue
-        for row in rows:
-            by_tensor.setdefault(row[0], []).append(row)
     out, constants = dict(gradient), {}
-    for name, rows in by_tensor.items():
+    for name, entries in regions_by_tensor(units).items():
+        rows = [row for _, row in entries]
         v = gradient.get(name)
-        if name in refused or v is None or v.dim() < 2 or len({r[1] for r in rows}) != 1:
+        if v is None or v.dim() < 2 or len({r[1] for r in rows}) != 1:
             continue
         axis = rows[0][1]
         spans = sorted((start, start + width) for _, _, start, width, _ in rows)
