@@ -44,15 +44,17 @@ def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in [*model.named_parameters(), *model.named_buffers()]}
 
 
-def regression_case(kind: str) -> tuple[nn.Module, Any, tuple[Any, torch.Tensor]]:
-    """(model, loss_fn, batch) for the model ``kind``: the mean squared error of its first
-    output field against a fixed random target (float64)."""
+def regression_case(
+    kind: str, dtype: torch.dtype = torch.float64
+) -> tuple[nn.Module, Any, tuple[Any, torch.Tensor]]:
+    """(model, loss_fn, batch) for the model ``kind`` in ``dtype``: the mean squared error of
+    its first output field against a fixed random target."""
     from paramsym.core.params import functional_call, params_of
 
-    model = build(kind)
-    x = example_input(kind)
+    model = build(kind, dtype=dtype)
+    x = example_input(kind, dtype=dtype)
     out = functional_call(model, params_of(model), x)
     first = out[0] if isinstance(out, tuple) else next(iter(out.values()))
     generator = torch.Generator().manual_seed(11)
-    target = torch.randn(first.shape, generator=generator, dtype=torch.float64)
+    target = torch.randn(first.shape, generator=generator, dtype=dtype)
     return model, lambda output, y: ((output[0] - y) ** 2).mean(), (x, target)

@@ -4,6 +4,7 @@ axes carried as the two factors of its gradient, against the whole tensors."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -90,16 +91,13 @@ def test_factors_read_what_the_whole_tensor_gives():
     assert float(((f.side(1) @ columns.T) * f.covector(1)).sum()) == pytest.approx(whole_columns)
 
 
-@pytest.mark.parametrize("kind", ["gpt2-lm", "llama", "phi", "opt", "bloom"])
-def test_factored_teleport_equals_the_whole_tensors(kind, monkeypatch):
-    """The default teleport (Hugging Face models, float64) with the two-sided tensors
-    carried as factors takes the same steps to the same point as with the whole tensors;
-    some tensors were factored (``Conv1D`` on GPT-2, ``Linear`` on the others: not vacuous);
-    the loss is kept to 1e-10 relative."""
+def _factored_and_whole(kind: str, dtype: torch.dtype, monkeypatch: Any) -> tuple[Any, Any]:
+    """The default teleport of the model ``kind`` with its two-sided tensors factored (the
+    tiny models' factors are made to pay) and with none, after checking that some were."""
     pytest.importorskip("transformers")
     from hf_models import regression_case
 
-    model, loss_fn, batch = regression_case(kind)
+    model, loss_fn, batch = regression_case(kind, dtype)
     factored: list[list[str]] = []
     original = ascent.checked
 
@@ -109,10 +107,32 @@ def test_factored_teleport_equals_the_whole_tensors(kind, monkeypatch):
         return out
 
     monkeypatch.setattr(ascent, "checked", counted)
-    monkeypatch.setattr(gradient_factors, "MAX_SHARE", 1e9)  # the tiny models' factors pay
+    monkeypatch.setattr(gradient_factors, "MAX_SHARE", 1e9)
     fast = ps.teleport(copy.deepcopy(model), loss_fn, batch, method="transport")
     monkeypatch.setattr(gradient_factors, "MAX_SHARE", 0.0)
     whole = ps.teleport(copy.deepcopy(model), loss_fn, batch, method="transport")
     assert factored[0]
     assert factored[1] == []
-    assert_same_teleport(fast, whole)
+    return fast, whole
+
+
+@pytest.mark.parametrize("kind", ["gpt2-lm", "llama", "phi", "opt", "bloom"])
+def test_factored_teleport_equals_the_whole_tensors(kind, monkeypatch):
+    """The default teleport (Hugging Face models, float64) with the two-sided tensors
+    carried as factors takes the same steps to the same point as with the whole tensors;
+    some tensors were factored (``Conv1D`` on GPT-2, ``Linear`` on the others: not vacuous);
+    the loss is kept to 1e-10 relative."""
+    assert_same_teleport(*_factored_and_whole(kind, F64, monkeypatch))
+
+
+@pytest.mark.parametrize("kind", ["gpt2-lm", "llama"])
+def test_factored_teleport_in_float32(kind, monkeypatch):
+    """The same in float32, as the models are trained: the factored and whole teleports
+    agree to float32 rounding over ten steps, and the loss is kept to 1e-6 relative."""
+    fast, whole = _factored_and_whole(kind, torch.float32, monkeypatch)
+    assert fast.steps == whole.steps == 10
+    assert fast.gain > 1.0
+    assert fast.objective_after == pytest.approx(whole.objective_after, rel=1e-5)
+    for key in fast.params:
+        torch.testing.assert_close(fast.params[key], whole.params[key], rtol=1e-5, atol=1e-6)
+    assert abs(fast.loss_after - fast.loss_before) <= 1e-6 * abs(fast.loss_before)
