@@ -393,7 +393,7 @@ class TransportAscent(AscentPath):
             with recorded_factors(self.model, two_sided(units, shapes)) as recorded:
                 _, gradient = self.loss_and_gradient(self.theta)
             factors = checked(recorded, gradient)
-            self.factored = FactoredTensors(self.orbit, list(factors))
+            self.factored = FactoredTensors(self.orbit, list(factors)) if factors else None
             ordinary = {k: v for k, v in gradient.items() if k not in factors}
             gradient, self.constants = gram_surrogates(units, ordinary)
             point = self._point(gradient, factors=factors)

@@ -27,7 +27,7 @@ gradient, and are checked against autograd's gradient: ‖A C − ∇W‖_F ≤ 
 rounding bound of two evaluations of the product. A weight used elsewhere too (tied, or read
 outside its layer), a layer of another kind, or one whose factors would not be smaller than a
 quarter of the tensor (:data:`MAX_SHARE`) is kept whole. The result is exact: the same
-steps and end point as the whole tensors, to rounding (tests/test_teleport_transport.py).
+steps and end point as the whole tensors, to rounding (tests/test_gradient_factors.py).
 """
 
 from __future__ import annotations
