@@ -152,7 +152,9 @@ from paramsym.symmetry import (
 )
 from paramsym.symo import CurvatureStructure, Factors, FactorTracker, SymO
 from paramsym.tangent_kernel import (
+    AuditReport,
     NTKTracker,
+    audit,
     fd_bounds,
     functional_dimension,
     kernel_alignment,
@@ -185,6 +187,7 @@ __all__ = [
     "ApproximateActionWarning",
     "ApproximateConservationWarning",
     "ApproximateEquivarianceWarning",
+    "AuditReport",
     "AutodiffError",
     "CatalogueComparison",
     "ConservedTracker",
@@ -257,6 +260,7 @@ __all__ = [
     "align",
     "align_components",
     "angular_momentum",
+    "audit",
     "axpy",
     "check_identities",
     "chord_bound",

@@ -213,6 +213,14 @@ class Symmetry(abc.ABC):
         """Names of the parameters the action changes (buffers are in :attr:`buffer_names`)."""
 
     @property
+    def reads(self) -> tuple[str, ...]:
+        """Parameters the action reads but leaves unchanged: the amounts it moves
+        :attr:`parameter_names` by depend on them (a norm's γ, a weight that absorbs a
+        translated bias; :mod:`paramsym.symmetry.absorption`). A covector transported along the
+        action changes on them too; empty for most families."""
+        return ()
+
+    @property
     def touched_regions(self) -> frozenset[Region]:
         """Regions (parameter, axis, start, stop) the action mixes. Two actions whose regions
         do not overlap commute (see :func:`regions_overlap`)."""

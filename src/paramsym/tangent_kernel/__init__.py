@@ -8,6 +8,7 @@ for models returning tuples or ``ModelOutput``), ``dimension``, ``alignment``, `
 """
 
 from paramsym.tangent_kernel.alignment import kernel_alignment, loss_alignment
+from paramsym.tangent_kernel.completeness import AuditReport, audit
 from paramsym.tangent_kernel.dimension import (
     FunctionalDimension,
     RankResolutionWarning,
@@ -34,6 +35,7 @@ from paramsym.tangent_kernel.tracking import NTKTracker
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
+    "AuditReport",
     "FDBounds",
     "FunctionalDimension",
     "LinearRegions",
@@ -41,6 +43,7 @@ __all__ = [
     "OutputSelector",
     "RankResolutionWarning",
     "StructuredFallbackWarning",
+    "audit",
     "choose_method",
     "fd_bounds",
     "functional_dimension",

@@ -189,11 +189,14 @@ class Orbit:
 
     def transport(self, covector: Mapping[str, Tensor], moves: Sequence[Move]) -> Params:
         """Carry a covector through the moves: m ← J⁻ᵀm as the VJP of θ' ↦ s.act(θ', g⁻¹) at
-        the point recorded with the move, differentiated in the symmetry's own parameters."""
+        the point recorded with the move, differentiated in the parameters the symmetry moves and
+        those it reads (:attr:`~paramsym.symmetry.Symmetry.reads`)."""
         m = dict(covector)
         owned: set[str] = set()
         for s, g, after in moves:
-            names = [k for k in s.parameter_names if k in m]
+            names = [
+                k for k in dict.fromkeys((*s.parameter_names, *getattr(s, "reads", ()))) if k in m
+            ]
             if not names:
                 continue
             inverse = s.inverse(g)
