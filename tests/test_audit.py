@@ -59,28 +59,10 @@ def _ids(batch: int = 2, seed: int = 3) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(0, 16, (batch, 8), generator=generator)}
 
 
-def _with_absorptions(model: nn.Module, x: dict[str, torch.Tensor]) -> list[Symmetry]:
-    """``ps.symmetries`` and the absorbed translations detected on the same graph (not yet
-    part of the default catalogue: issue 44 wires them in with the catalogue tests)."""
-    from paramsym.symmetry.graph import analyse
-    from paramsym.symmetry.graph.absorptions import (
-        attention_bias_translations,
-        embedding_translations,
-        norm_translations,
-    )
-
-    found = list(ps.symmetries(model, example_input=x))
-    walk = analyse(model, x).walk
-    assert walk is not None
-    traced, unexplained = walk.traced, walk.facts.unexplained
-    extra = norm_translations(traced, unexplained) + embedding_translations(traced, unexplained)
-    return found + extra + attention_bias_translations(traced, unexplained, found)
-
-
 @pytest.fixture(scope="module")
 def gpt2() -> tuple[nn.Module, list[Symmetry]]:
     model = _gpt2()
-    return model, _with_absorptions(model, _ids())
+    return model, ps.symmetries(model, example_input=_ids())
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +94,15 @@ def test_keep_float64_keeps_casts_and_dtype_arguments() -> None:
     assert x.to(torch.float32).dtype == torch.float32  # only inside the block
 
 
-def test_audit_finds_what_the_default_catalogue_misses() -> None:
-    """Notes 006 §3 on a one-block GPT-2 of width 8: the default catalogue misses the
-    norm-reader (3d + 4d), β (2d), key- and value-bias (d each) and embedding-sum (d − 1)
-    directions, 95 in all."""
-    report = ps.audit(_gpt2(), _ids(), points=1)
+def test_audit_finds_what_the_catalogue_missed_before_the_families(
+    gpt2: tuple[nn.Module, list[Symmetry]],
+) -> None:
+    """Notes 006 §3 on a one-block GPT-2 of width 8: without the absorbed translations the
+    catalogue misses the norm-reader (3d + 4d), β (2d), key- and value-bias (d each) and
+    embedding-sum (d − 1) directions, 95 in all."""
+    model, catalogue = gpt2
+    before = [s for s in catalogue if not isinstance(s, FAMILIES)]
+    report = ps.audit(model, _ids(), catalogue=before, points=1)
     assert report.missing == 95
     assert not report.complete
     assert report.carriers["h.0.mlp.c_fc.weight"] > 10
@@ -173,7 +159,7 @@ def test_audit_reports_a_removed_family_on_its_tensors(
 def test_new_families_keep_the_function_and_their_tangents(build) -> None:  # type: ignore[no-untyped-def]
     model = build()
     x = _ids()
-    found = [s for s in _with_absorptions(model, x) if isinstance(s, FAMILIES)]
+    found = [s for s in ps.symmetries(model, example_input=x) if isinstance(s, FAMILIES)]
     kinds = {type(s) for s in found}
     assert kinds == set(FAMILIES)
     params = params_of(model)
@@ -194,7 +180,7 @@ def test_new_families_keep_the_function_and_their_tangents(build) -> None:  # ty
 
 def test_bert_families_include_token_type_sums_and_absorbed_shifts() -> None:
     model = _bert()
-    names = [s.name for s in _with_absorptions(model, _ids())]
+    names = [s.name for s in ps.symmetries(model, example_input=_ids())]
     sums = [n for n in names if n.startswith("embedding_sum[")]
     assert len(sums) == 2  # word + token type + position: two translations
     assert any(n.startswith("value_bias[") for n in names)
@@ -206,7 +192,7 @@ def test_transport_along_an_absorption_is_the_gradient_at_the_moved_point() -> N
     gradient recomputed at the moved point."""
     model = _gpt2()
     x = _ids()
-    found = _with_absorptions(model, x)
+    found = ps.symmetries(model, example_input=x)
     absorbed = next(s for s in found if s.name.startswith("norm_shift"))
     assert isinstance(absorbed, BiasAbsorption)
     params = params_of(model)

@@ -87,7 +87,8 @@ def check_ten_lines(outputs):
 
 
 def check_catalogue(outputs):
-    data_dependent, graph, decoders = outputs
+    data_dependent, graph, decoders, audit = outputs
+    assert audit == ["True 0 True"]
     assert decoders[0] == "called with use_cache=False: t"
     assert decoders[1] == (
         "attention_QK_rotary[layers.0.self_attn.kv_head0] (C*)^4 8 ((0, 4), (1, 5))"

@@ -81,6 +81,9 @@ class AlignResult:
         output_change: max |B(x) − aligned B(x)| / max |B(x)| on the example input.
         seconds: wall-clock time.
         symmetries: the groups moved along (of ``model``), permutations first.
+        original, example_input: model B as the user gave it and the input ``output_change``
+            is measured on (what :func:`~paramsym.connectivity.learn_alignment` measures its
+            refined model against); not serialised.
     """
 
     model: nn.Module
@@ -95,6 +98,8 @@ class AlignResult:
     output_change: float = 0.0
     seconds: float = 0.0
     symmetries: list[Symmetry] = field(default_factory=list, repr=False)
+    original: nn.Module | None = field(default=None, repr=False)
+    example_input: Any = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -335,6 +340,8 @@ def align(
         output_change=output_change(user_b, aligned, example_input),
         seconds=time.perf_counter() - start,
         symmetries=[*perms, *matrices, *scalings],
+        original=user_b,
+        example_input=example_input,
     )
 
 

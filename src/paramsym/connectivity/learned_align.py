@@ -10,7 +10,8 @@ Sᵀ) for a free square S; on RoPE's pairs one angle per pair), by Adam on the l
 et al.: they barely move under learned matching). The midpoint's loss over all the batches is
 measured before, every ``eval_every`` steps and at the end, and the best elements are kept: the
 learned alignment never ends with a higher midpoint loss than it started from. Every element is
-orthogonal, so the aligned model is still B as a function."""
+orthogonal, so the aligned model is still B as a function: the refined result's
+``output_change`` is measured anew, on the refined model against B as the user gave it."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from paramsym.connectivity.alignment import AlignResult
 from paramsym.core.best_adam import adam_keep_best
 from paramsym.core.calls import call_arguments
-from paramsym.core.params import Params, stateless_call
+from paramsym.core.params import Params, output_change, stateless_call
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
@@ -110,7 +111,8 @@ def learn_alignment(
 
     Returns:
         The refined result (a new aligned model; ``result`` is unchanged) and what the learning
-        measured.
+        measured. Its ``output_change`` is the refined model's (:func:`_refined_change`), not
+        the starting alignment's.
     """
     config = config or LearnedAlignConfig()
     batches = list(batches)
@@ -176,9 +178,22 @@ def learn_alignment(
     refined = replace(
         result,
         model=aligned,
+        output_change=_refined_change(result, aligned, batches[0][0]),
         distance_after=distance,
         history=[*result.history, distance],
         method=f"{result.method}+learned",
         seconds=result.seconds + learned.seconds,
     )
     return refined, learned
+
+
+def _refined_change(result: AlignResult, aligned: nn.Module, fallback_input: Any) -> float:
+    """``max |B(x) − aligned(x)| / max |B(x)|`` for the refined model: against B as the user
+    gave it, on the input :func:`~paramsym.align` measured on (``result.original``,
+    ``result.example_input``). An :class:`AlignResult` made without them (by hand) gets the
+    starting alignment's change plus the refined model's change against the starting one on
+    ``fallback_input`` (the first training input): a bound, by the triangle inequality, up to
+    the two outputs' scales."""
+    if result.original is not None and result.example_input is not None:
+        return output_change(result.original, aligned, result.example_input)
+    return result.output_change + output_change(result.model, aligned, fallback_input)

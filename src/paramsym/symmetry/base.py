@@ -350,9 +350,10 @@ class Symmetry(abc.ABC):
         params-shaped dict) pulled back to the Lie algebra, ∂/∂ξ ⟨c, :meth:`tangent` (θ, ξ)⟩.
         This is ∂J(exp(ξ)·θ)/∂ξ at ξ = 0 for c = ∇_θJ (teleportation's ascent direction).
 
-        Generic version: the tangent of :attr:`parameter_names` only, differentiated in ξ;
+        Generic version: the tangent on :attr:`parameter_names` (and the :attr:`reads` it
+        depends on), differentiated in ξ;
         slot-based families override it with one that reads only their slots' regions."""
-        own = {k: params[k] for k in self.parameter_names if k in params}
+        own = {k: params[k] for k in (*self.parameter_names, *self.reads) if k in params}
         ref = next(iter(own.values()), None)
         dtype = ref.dtype if ref is not None else torch.get_default_dtype()
         xi = torch.zeros(self.dim, dtype=dtype, device=ref.device if ref is not None else None)

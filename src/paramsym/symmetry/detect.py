@@ -215,9 +215,11 @@ def symmetries(
 
 class Symmetries(list[Symmetry]):
     """The list :func:`symmetries` returns, with ``notes``: how the model was called to find
-    them (e.g. ``use_cache=False`` for a Hugging Face decoder, see
-    :mod:`paramsym.core.calls`) and how its graph was made (a stack of identical blocks traced
-    once per distinct block, see :mod:`paramsym.symmetry.graph.repeat`)."""
+    them (e.g. ``use_cache=False`` for a Hugging Face decoder, called directly or inside a
+    user's module, see :mod:`paramsym.core.calls`) and how its graph was made (a stack of
+    identical blocks traced once per distinct block, see
+    :mod:`paramsym.symmetry.graph.repeat`; a cache's writes left out, see
+    :mod:`paramsym.symmetry.graph.trace`)."""
 
     def __init__(self, found: list[Symmetry] = (), notes: list[str] = ()) -> None:  # type: ignore[assignment]
         super().__init__(found)

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.batches import Inputs, as_inputs, batch_length, floats_to
+from paramsym.core.batches import Inputs, as_inputs, floats_to
 from paramsym.core.linalg import svd
 from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import params_of
@@ -295,8 +295,7 @@ def audit(
         samples = max(samples, math.ceil(3 * vocab * math.log(max(vocab, 2)) / tokens))
     data = floats_to(draw_like(example, 2 * samples, generator, vocabulary=vocab), dtype)
     eps = torch.finfo(dtype).eps
-    names = list(point)
-    shapes = {k: point[k].numel() for k in names}
+    shapes = {k: t.numel() for k, t in point.items()}
 
     first = _measure(work, point, data, counted, shapes, eps, samples * per_sample)
     notes += first.notes
@@ -308,7 +307,7 @@ def audit(
         flat=size - first.jacobian.rank,
         named=first.named,
         unreached=first.unreached,
-        missing=first.missing,
+        missing=first.missing_rank.rank,
         carriers=first.carriers,
         unreached_parameters=first.unreached_parameters,
         missing_elsewhere=None,
@@ -329,8 +328,8 @@ def audit(
     if points == 2:
         moved = _perturbed(point, generator)
         second = _measure(work, moved, data, counted, shapes, eps, None)
-        report.missing_elsewhere = second.missing
-        report.point_degenerate = max(first.missing - second.missing, 0)
+        report.missing_elsewhere = second.missing_rank.rank
+        report.point_degenerate = max(report.missing - report.missing_elsewhere, 0)
         report.ranks["jacobian_elsewhere"] = second.jacobian.to_dict()
         decisions += [second.jacobian, second.missing_rank]
     report.determined = all(d.determined for d in decisions) and report.data_stable
@@ -351,7 +350,6 @@ class _Measurement:
     missing_rank: RankDecision
     named: int
     unreached: int
-    missing: int
     carriers: dict[str, float]
     unreached_parameters: dict[str, int]
     shares: list[SymmetryShare]
@@ -411,7 +409,6 @@ def _measure(
         missing_rank=missing_rank,
         named=named,
         unreached=unreached,
-        missing=missing_rank.rank,
         carriers=_carriers(directions, shapes),
         unreached_parameters=_per_tensor_counts(zero_columns, shapes),
         shares=shares,
@@ -545,9 +542,7 @@ def _as_batch(example_input: Any) -> Inputs:
             "audit: example_input must be a tensor or a mapping of keyword inputs (the audit "
             "draws samples like it); pass positional inputs as a tensor"
         )
-    x = as_inputs(example_input, "audit", "example_input")
-    batch_length(x, "audit", "example_input")
-    return x
+    return as_inputs(example_input, "audit", "example_input")  # checks the batch axis too
 
 
 def _first(x: Inputs) -> Inputs:

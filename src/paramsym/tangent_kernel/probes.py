@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.batches import Inputs, as_inputs, batch_length
+from paramsym.core.batches import Inputs, as_inputs
 from paramsym.errors import InvalidArgumentError
 
 _TOKEN_KEYS = ("input_ids", "decoder_input_ids")
@@ -88,7 +88,6 @@ def draw_like(
     x = as_inputs(
         dict(example) if isinstance(example, Mapping) else example, "audit", "example_input"
     )
-    batch_length(x, "audit", "example_input")
     if isinstance(x, Tensor):
         return _draw_tensor(None, x, count, generator, vocabulary, alone=True)
     return {

@@ -27,6 +27,11 @@ from paramsym.symmetry.graph import arith_rules as _arith  # noqa: F401  (regist
 from paramsym.symmetry.graph import layout_rules as _layout  # noqa: F401
 from paramsym.symmetry.graph import recurrent_rules as _recurrent  # noqa: F401
 from paramsym.symmetry.graph import rules as _rules  # noqa: F401
+from paramsym.symmetry.graph.absorptions import (
+    attention_bias_translations,
+    embedding_translations,
+    norm_translations,
+)
 from paramsym.symmetry.graph.attention_rules import attention_role, rotary_pairs
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.heads import head_permutations
@@ -58,7 +63,8 @@ class GraphAnalysis:
             it).
         trace_seconds, walk: the trace time and the walk (facts and values), for inspection
             (``None`` in an analysis kept by :mod:`~paramsym.symmetry.graph.cache`).
-        notes: how the graph was made, where not by one plain trace (repeated blocks).
+        notes: how the graph was made, where not by one plain trace (repeated blocks, cache
+            writes ignored: see :class:`~paramsym.symmetry.graph.trace.TracedGraph`).
     """
 
     symmetries: list[Symmetry]
@@ -189,7 +195,10 @@ def analyse(
     (:mod:`~paramsym.symmetry.graph.repeat`; the same symmetries, a fraction of the trace)."""
     traced, notes = _quiet_trace(model, example_input, tracers, repeat_blocks)
     walk = run(traced)
-    found = symmetries_of(walk) + mean_translations(traced, walk.facts.unexplained)
+    unexplained = walk.facts.unexplained
+    found = symmetries_of(walk) + mean_translations(traced, unexplained)
+    found += norm_translations(traced, unexplained) + embedding_translations(traced, unexplained)
+    found += attention_bias_translations(traced, unexplained, found)
     found += _translation(walk, loss_fn)
     return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk, notes)
 
@@ -201,8 +210,9 @@ def _quiet_trace(
         warnings.simplefilter("ignore")  # torch's own notes (e.g. LSTM flat weights)
         repeated = trace_repeated(model, example_input, tracers) if repeat_blocks else None
         if repeated is not None:
-            return repeated[0], [repeated[1]]
-        return trace_forward(model, example_input, tracers), []
+            return repeated[0], [*repeated[0].notes, repeated[1]]
+        traced = trace_forward(model, example_input, tracers)
+        return traced, list(traced.notes)
 
 
 def graph_symmetries(

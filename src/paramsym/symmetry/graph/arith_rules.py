@@ -334,13 +334,26 @@ def softmax(walk: Walk, call: OpCall) -> Any:
     return out
 
 
-@rule("cat", "concat", "concatenate")
+def _empty_along(value: Any, axis: int, ndim: int) -> bool:
+    """Whether ``value`` is a tensor with no entries along ``axis`` (of an ``ndim``-axis
+    result): ``x[..., d:]`` of a d-wide axis, concatenated to nothing."""
+    shape = getattr(value, "shape", None)
+    return shape is not None and len(shape) == ndim and shape[axis] == 0
+
+
+@rule("cat", "concat", "concatenate", heads=True)
 def cat(walk: Walk, call: OpCall) -> Any:
     """Concatenation along an axis without features links the parts' features (a class
-    token joined to patch tokens); along a feature axis it blocks them."""
+    token joined to patch tokens); along a feature axis it blocks them. Parts with no entries
+    along the axis are left out: one part joined to empty ones is that part, heads and all
+    (any other concatenation of heads blocks them)."""
     parts = call.args[0]
     out_shape = tuple(call.shape)
     axis = int(call.arg(1, "dim", 0)) % len(out_shape)
+    filled = [p for p in parts if not _empty_along(p, axis, len(out_shape))]
+    if len(filled) == 1 and isinstance(filled[0], TensorValue) and filled[0].shape == out_shape:
+        return filled[0]  # joined to empty parts only: the tensor itself
+    parts = [walk.strip_heads(p, call) for p in parts]  # heads pass only the case above
     computed = [p for p in parts if isinstance(p, TensorValue)]
     if any(axis in p.axes for p in computed):
         walk.block_all(parts, f"{call.where} concatenates features")

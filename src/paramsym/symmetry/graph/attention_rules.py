@@ -13,6 +13,13 @@ every D, so no group mixes heads); the reverse view merges them. In
   GL(d_v));
 * whole heads can be permuted together in q, k, v and the output
   (:mod:`.heads`, built once the classes are known).
+
+Under grouped-query attention G query heads read one key/value head (repeated along the head
+axis, :func:`repeat_heads`, or with ``enable_gqa=True``): their query features are all linked
+to that key head, so one map acts on the G query heads alike. Multi-query attention (one
+key/value head) has no head split on its keys and values, since viewing D features as one
+head of D splits nothing: a key or value tensor with a size-1 axis where the queries have
+their heads (:func:`one_head`) is that one head, broadcast over every query head.
 """
 
 from __future__ import annotations
@@ -126,7 +133,9 @@ def scaled_dot_product_attention(walk: Walk, call: OpCall) -> Any:
     q, k, v = call.args[0], call.args[1], call.args[2]
     out_shape = tuple(call.shape)
     key_axis = int(call.kwargs.get("key_axis", -1))
-    parts = [_attention_member(t, axis) for t, axis in ((q, -1), (k, key_axis), (v, -1))]
+    query = _attention_member(q, -1)
+    head_axis = query[1] if query is not None else None
+    parts = [query, _attention_member(k, key_axis, head_axis), _attention_member(v, -1, head_axis)]
     if any(p is None for p in parts):
         reason = f"{call.where}: queries, keys and values must be feature tensors"
         walk.block_all([q, k, v], reason)
@@ -137,8 +146,15 @@ def scaled_dot_product_attention(walk: Walk, call: OpCall) -> Any:
     return attend(walk, call, (qm, km, vm), (q_head, k_head, v_head), masks, out_shape, gqa=gqa)
 
 
-def _attention_member(value: Any, axis: int) -> tuple[Member, int | None] | None:
-    """The feature member on ``axis`` of ``value`` and its head axis (None: one head)."""
+def _attention_member(
+    value: Any, axis: int, query_head_axis: int | None = None
+) -> tuple[Member, int | None] | None:
+    """The feature member on ``axis`` of ``value`` and its head axis (None: one head).
+
+    A key or value tensor of one head (multi-query attention: (B, 1, T, D) against queries
+    (B, H, T, D)) has no head split, since a view to one head splits nothing: its size-1 axis
+    at the queries' head axis ``query_head_axis`` is then its head axis, broadcast over the
+    query heads (:func:`one_head`)."""
     found = _heads_member(value, axis)
     if found is not None:
         return found
@@ -146,7 +162,28 @@ def _attention_member(value: Any, axis: int) -> tuple[Member, int | None] | None
         return None
     member = value.member(axis)
     assert member is not None
-    return (member, None) if member.heads == 1 else None
+    if member.heads != 1:
+        return None
+    if query_head_axis is not None and one_head(value, value.axis(axis), query_head_axis):
+        return member, query_head_axis
+    return member, None
+
+
+def one_head(value: TensorValue, axis: int, head_axis: int) -> bool:
+    """Whether ``value`` holds one attention head's features on ``axis`` with a size-1 axis
+    ``head_axis`` where a head-split tensor has its heads: the keys or values of multi-query
+    attention, (B, 1, T, D) after ``view(B, T, 1, D)`` (or ``unsqueeze``) and a transpose."""
+    member = value.axes.get(axis)
+    return (
+        member is not None
+        and member.heads == 1
+        and member.repeat == 1
+        and axis not in value.head_axes
+        and -value.ndim <= head_axis < value.ndim
+        and head_axis % value.ndim != axis
+        and value.shape[head_axis] == 1
+        and head_axis % value.ndim not in value.axes
+    )
 
 
 def attend(
@@ -195,9 +232,11 @@ def attend(
 
 
 def _group(query: Member, other: Member, gqa: bool) -> int | None:
-    """Query heads per key (or value) head, or None when the heads do not line up."""
+    """Query heads per key (or value) head, or None when the heads do not line up. One key
+    (or value) head on a size-1 head axis is broadcast over every query head."""
     along_axis = other.heads * other.repeat
-    if along_axis != query.heads and not (gqa and query.heads % along_axis == 0):
+    broadcast = along_axis == 1
+    if along_axis != query.heads and not broadcast and not (gqa and query.heads % along_axis == 0):
         return None
     return query.heads // other.heads if query.heads % other.heads == 0 else None
 
@@ -208,6 +247,10 @@ def repeat_heads(walk: Walk, call: OpCall) -> Any:
     :mod:`~paramsym.symmetry.graph.patterns`): each head-split member whose head axis is
     repeated serves ``repeat`` consecutive query heads."""
     x, repeat, axis = call.args[0], int(call.kwargs["repeat"]), int(call.kwargs["axis"])
+    if isinstance(x, TensorValue) and not x.head_axes:  # one key/value head (multi-query)
+        single = [a for a in x.axes if one_head(x, a, axis)]
+        if len(single) == 1:
+            x = TensorValue(x.shape, dict(x.axes), {single[0]: axis}, x.zero)
     repeated = isinstance(x, TensorValue) and axis in x.head_axes.values()
     if not isinstance(x, TensorValue) or not repeated or axis in x.axes:
         return walk.fallback(call)

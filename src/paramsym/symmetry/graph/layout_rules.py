@@ -146,6 +146,42 @@ def _heads_whole(walk: Walk, call: OpCall, x: TensorValue, axis: int, whole: boo
     return walk.strip_heads(x, call) if apart else x
 
 
+def _some_heads(x: TensorValue, axis: int, start: int, stop: int) -> TensorValue | None:
+    """``x`` with the whole heads ``[start, stop)`` of its head axis ``axis`` kept (a packed
+    projection viewed as (…, H + 2, D) and split into H query heads, one key and one value
+    head: Falcon's multi-query layout): each member split along ``axis`` narrowed to those
+    heads' features, a head-split member again unless one head is left. ``None`` when a member
+    cannot be narrowed so (repeated heads, features flattened with other axes)."""
+    if stop <= start:
+        return None
+    axes, head_axes = dict(x.axes), {}
+    for feature_axis, head_axis in x.head_axes.items():
+        if head_axis != axis:
+            head_axes[feature_axis] = head_axis
+            continue
+        member = x.axes[feature_axis]
+        if member.repeat != 1 or member.block != 1 or member.heads != x.shape[axis]:
+            return None
+        d = member.head_width
+        kept = Member(member.space, member.start + start * d, member.start + stop * d)
+        axes[feature_axis] = Member(kept.space, kept.start, kept.stop, 1, stop - start)
+        if stop - start > 1:
+            head_axes[feature_axis] = head_axis
+    return TensorValue(x.shape, axes, head_axes, x.zero)
+
+
+def _of_heads(
+    walk: Walk, call: OpCall, x: TensorValue, axis: int, start: int, stop: int, step: int = 1
+) -> TensorValue:
+    """``x`` for a slice ``[start, stop)`` of ``axis``: whole heads kept where ``axis`` is a
+    head axis (:func:`_some_heads`), else as :func:`_heads_whole`."""
+    size = x.shape[axis]
+    if axis not in x.head_axes.values() or (start, stop, step) == (0, size, 1):
+        return _heads_whole(walk, call, x, axis, True)
+    picked = _some_heads(x, axis, start, stop) if step == 1 else None
+    return picked if picked is not None else walk.strip_heads(x, call)
+
+
 @rule("slice", heads=True)
 def slice_(walk: Walk, call: OpCall) -> Any:
     x = call.args[0]
@@ -157,7 +193,7 @@ def slice_(walk: Walk, call: OpCall) -> Any:
     start = 0 if start is None else int(start)
     stop = size if stop is None else min(int(stop), size)
     start, stop = (start + size if start < 0 else start), (stop + size if stop < 0 else stop)
-    x = _heads_whole(walk, call, x, axis, (start, stop, step) == (0, size, 1))
+    x = _of_heads(walk, call, x, axis, start, stop, int(step))
     axes = dict(x.axes)
     member = axes.pop(axis, None)
     if member is not None:
@@ -177,7 +213,10 @@ def _narrow(
 ) -> Member | None:
     """``member`` restricted to its tensor positions ``[start, stop)``; the dropped features
     are cut off (blocked if the slice does not fall on feature boundaries). In a head-split
-    member the positions are within each head (:func:`head_slice`)."""
+    member the positions are within each head (:func:`head_slice`). An empty slice holds
+    no features (``None``; nothing is cut)."""
+    if stop <= start:
+        return None
     if step != 1 or start % member.block or stop % member.block:
         walk.facts.block(member, ALL_FAMILIES, f"{call.where} slices inside features")
         return None
@@ -211,6 +250,8 @@ def split(walk: Walk, call: OpCall) -> Any:
         return walk.fallback(call)
     dim_index = {"split": 2, "split_with_sizes": 2, "chunk": 2, "unbind": 1, "tensor_split": 2}
     axis = x.axis(int(call.arg(dim_index[call.op], "dim", 0)))
+    if call.op != "unbind" and axis in x.head_axes.values():  # whole heads split off
+        return _split_heads(walk, call, x, axis)
     x = _heads_whole(walk, call, x, axis, len(call.shape) == 1)
     outputs, position = [], 0
     for shape in call.shape:
@@ -227,6 +268,26 @@ def split(walk: Walk, call: OpCall) -> Any:
             walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} unbinds features")
         position += shape[axis] if call.op != "unbind" else 1
         outputs.append(TensorValue(shape, axes, _kept_heads(x, axes)))
+    return outputs
+
+
+def _split_heads(walk: Walk, call: OpCall, x: TensorValue, axis: int) -> list[TensorValue]:
+    """A split along the head axis ``axis`` of ``x``: each part keeps its whole heads
+    (:func:`_some_heads`); when one part cannot, every head-split member is blocked."""
+    parts, position = [], 0
+    for shape in call.shape:
+        stop = position + tuple(shape)[axis]
+        parts.append(_some_heads(x, axis, position, stop) if stop > position else None)
+        position = stop
+    if any(p is None and tuple(s)[axis] for p, s in zip(parts, call.shape, strict=True)):
+        x = walk.strip_heads(x, call)
+        parts = [x] * len(parts)
+    outputs = []
+    for part, shape in zip(parts, call.shape, strict=True):
+        if part is None:  # an empty part: no features
+            outputs.append(TensorValue(tuple(shape)))
+            continue
+        outputs.append(TensorValue(tuple(shape), dict(part.axes), dict(part.head_axes)))
     return outputs
 
 

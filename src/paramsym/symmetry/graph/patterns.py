@@ -265,7 +265,22 @@ def _rotary_sum(node: Any) -> tuple[Any, list[tuple[int, int]], list[Node]] | No
     return None
 
 
+def _last_axis_slice(node: Any, whole: Any) -> bool:
+    """Whether ``node`` is a slice of ``whole`` along its last axis."""
+    shape = _shape(whole)
+    return (
+        _name(node) == "slice"
+        and node.args[0] is whole
+        and shape is not None
+        and _axis(whole, node.args[1] if len(node.args) > 1 else 0) == len(shape) - 1
+    )
+
+
 def _rotary(node: Any, fusion: Fusion) -> None:
+    """``x * cos + rotate(x) * sin`` as ``rotary(x)``; with the partial-rotary ``cat`` after
+    it (``cat([rotary(x[..., :r]), x[..., r:]], -1)``) as ``rotary(x, rotated=r)``. The
+    rotated part may be the whole of ``x`` (``x[..., :d]`` traces as ``alias(x)``), the
+    passed part then empty (Phi-3's ``apply_rotary_pos_emb`` at ``partial_rotary_factor=1``)."""
     found = _rotary_sum(node)
     if found is None:
         return
@@ -274,11 +289,12 @@ def _rotary(node: Any, fusion: Fusion) -> None:
     if len(node.users) == 1:  # partial rotary: cat([rotary(x[..., :r]), x[..., r:]], -1)
         user = next(iter(node.users))
         parts: Any = user.args[0] if _name(user) == "cat" else ()
-        if len(parts) == 2 and parts[0] is node and _name(x) == "slice" == _name(parts[1]):
+        if len(parts) == 2 and parts[0] is node and _name(x) in ("slice", "alias"):
             whole = x.args[0]
             width = (_shape(whole) or (0,))[-1]
             if (
-                parts[1].args[0] is whole
+                _last_axis_slice(parts[1], whole)
+                and (_name(x) == "alias" or _last_axis_slice(x, whole))
                 and _bounds(x, width) == (0, rotated)
                 and _bounds(parts[1], width) == (rotated, width)
                 and _only_users(x, {*inner}) and _only_users(parts[1], {user})

@@ -301,7 +301,9 @@ class _Builder:
             self.env[node] = self.graph.node_copy(node, self._arg(None, previous))
         parameters = {p: n for p, n in placeholders.items() if n in set(self.parameters)}
         buffers = {p: n for p, n in placeholders.items() if n not in set(self.parameters)}
-        return TracedGraph(self.graph, parameters, buffers, inputs, 0.0, traced.tracer)
+        return TracedGraph(
+            self.graph, parameters, buffers, inputs, 0.0, traced.tracer, list(traced.notes)
+        )
 
     def _nodes(self, placeholders: dict[str, str]) -> Iterator[tuple[Node, str]]:
         for node in self.graph.nodes:

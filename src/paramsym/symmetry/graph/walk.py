@@ -95,6 +95,25 @@ class Walk:
                 for member in item.axes.values():
                     self.facts.block(member, ALL_FAMILIES, reason)
 
+    def apply(self, function: Rule, call: OpCall) -> Any:
+        """``function(self, call)``; a rule that fails on a layout it does not foresee (an
+        internal error, not the user's) is reported instead of raised: the op is walked by
+        :meth:`fallback` and every parameter of ``call``'s module is marked unexplained
+        with the failure, so no symmetry moves it and ``symmetries`` warns (or raises with
+        ``strict=True``) naming them."""
+        try:
+            return function(self, call)
+        except Exception as err:  # reported: the op, its module and the error
+            reason = (
+                f"the symmetry rule of {call.where} failed ({type(err).__name__}: {err}); "
+                "please report it"
+            )
+            prefix = f"{call.module}." if call.module else ""
+            for name in self.traced.parameters.values():
+                if name.startswith(prefix):
+                    self.facts.unexplained.setdefault(name, reason)
+            return self.fallback(call)
+
     def fallback(self, call: OpCall) -> Any:
         """No rule: block every input feature, report parameters, output without members."""
         reason = f"{call.where} has no symmetry rule"
@@ -180,7 +199,7 @@ def run(traced: TracedGraph) -> Walk:
             function = RULES.get(call.op)
             if call.op not in HEAD_AWARE:
                 call.args = [walk.strip_heads(a, call) for a in call.args]
-            env[node.name] = function(walk, call) if function else walk.fallback(call)
+            env[node.name] = walk.apply(function, call) if function else walk.fallback(call)
             if in_place and not fused and isinstance(node.args[0], torch.fx.Node):
                 # ``relu_(a)``, ``a += b``: later reads of ``a`` see the result
                 env[node.args[0].name] = env[node.name]
