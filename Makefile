@@ -78,6 +78,7 @@ bench: $(VENV)/.bench $(NT_VENV)/.installed
 	$(BIN)/python benchmarks/bench_equivariance.py --out benchmarks/results/equivariance.json
 	$(BIN)/python benchmarks/bench_discovery.py --out benchmarks/results/discovery.json
 	$(BIN)/python benchmarks/bench_real_size.py --out benchmarks/results/real_size.json
+	$(BIN)/python benchmarks/bench_audit.py --out benchmarks/results/audit.json
 
 $(NT_VENV)/.installed:
 	test -x $(NT_VENV)/bin/python || $(PYTHON) -m venv $(NT_VENV)

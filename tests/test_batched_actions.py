@@ -27,8 +27,9 @@ KINDS = ("llama", "gpt2-lm", "bloom", "opt")
 @functools.cache
 def _found(kind: str) -> tuple[torch.nn.Module, dict, tuple[ps.Symmetry, ...]]:
     """The model, its input and its continuous symmetries (detected once per kind), without the
-    absorbed translations whose shift depends on parameters they read (``Symmetry.reads``),
-    which the default teleport leaves out too (not slot-by-slot, not affine)."""
+    absorbed translations whose shift depends on parameters they read (``Symmetry.reads``):
+    they do not act slot by slot, so they neither batch nor commute, and they keep the tensors
+    they touch whole (tests/test_teleport_absorptions.py teleports with them)."""
     model = build(kind)
     x = example_input(kind)
     found = ps.symmetries(model, example_input=x)

@@ -87,8 +87,9 @@ def check_ten_lines(outputs):
 
 
 def check_catalogue(outputs):
-    data_dependent, graph, decoders, audit = outputs
+    data_dependent, graph, decoders, audit, local = outputs
     assert audit == ["True 0 True"]
+    assert local == ["0 ['dense', 'linear']"]
     assert decoders[0] == "called with use_cache=False: t"
     assert decoders[1] == (
         "attention_QK_rotary[layers.0.self_attn.kv_head0] (C*)^4 8 ((0, 4), (1, 5))"
@@ -181,6 +182,7 @@ def check_discovery(outputs):
         "norm_scaling[conv1->bn1] 4 False",
         "rescaling[bn1->conv2] 4 True",
         "rescaling[conv2->fc] 4 True",
+        "batchnorm_scaling[conv1->bn1] 4 False",
         "translation[fc] 5 False",
     ]
     assert data_dependent == ["12"]

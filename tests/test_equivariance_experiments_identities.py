@@ -158,6 +158,11 @@ def test_unreachable_fixed_points_and_eval_mode_batchnorm_are_skipped_with_the_r
     assert {r["transformation"] for r in rows} == {
         "rescaling[bn1->conv2]<2 dirs>",
         "rescaling[bn2->fc]<2 dirs>",
+        # the evaluation-mode absorptions read the statistics without moving them: checked
+        "batchnorm_scaling[conv1->bn1]<2 dirs>",
+        "batchnorm_scaling[conv2->bn2]<2 dirs>",
+        "batchnorm_shift[conv1->bn1]<2 dirs>",
+        "batchnorm_shift[conv2->bn2]<2 dirs>",
     }
     assert {r["at"] for r in rows} == {"g0", "random"}
     assert max(r["residual"] for r in rows) <= TOL

@@ -422,6 +422,7 @@ QUICK_CLAIMS_HOLD = (
     "factor-estimation",
     "architecture-catalogue",
     "decoder-catalogue",
+    "catalogue-completeness",
     "last-layer-curvature",
     "symmetry-null-space",
     "equivariance-identities",

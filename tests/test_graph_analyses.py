@@ -101,8 +101,9 @@ def test_orbit_dimensions_equal_the_formulas_on_cnn_and_attention():
     model, x = zoo("cnn-bn")
     for s in ps.symmetries(model, example_input=x):
         if s.dim:
-            # per-channel scalings at a generic point: one orbit direction per channel
-            assert ps.orbit_dimension(model, s) == s.width, s.name
+            # per-channel scalings and BatchNorm shifts at a generic point: one orbit direction
+            # per channel
+            assert ps.orbit_dimension(model, s) == s.dim, s.name
     model, ids = zoo("gpt")
     found = ps.symmetries(model, example_input=ids)
     heads = [s for s in found if s.name.startswith(("attention_QK", "attention_VO"))]

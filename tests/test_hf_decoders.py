@@ -39,7 +39,8 @@ EXPECTED = {  # exact symmetries found: (class, Lie-algebra dimension) -> how ma
               ("PositiveScaling", 48): 1, ("RotaryQueryKey", 8): 2, ("SignFlip", 0): 3,
               ("ValueOutputGL", 64): 2},
     "gemma": {("HeadPermutation", 0): 3, ("NeuronPermutation", 0): 3, ("PositiveScaling", 48): 1,
-              ("RotaryQueryKey", 8): 2, ("SignFlip", 0): 3, ("ValueOutputGL", 64): 2},
+              ("RotaryQueryKey", 8): 2, ("SignFlip", 0): 3, ("ValueOutputGL", 64): 2,
+              ("OffsetNormScaling", 32): 2},  # (1 + γ) norms against their readers
     "phi": {("HeadPermutation", 0): 1, ("NeuronPermutation", 0): 9, ("PositiveScaling", 32): 1,
             ("QueryKeyGL", 16): 4, ("RotaryQueryKey", 4): 4, ("SignFlip", 0): 8,
             ("ValueOutputGL", 64): 4},
@@ -61,7 +62,7 @@ EXPECTED = {  # exact symmetries found: (class, Lie-algebra dimension) -> how ma
 }  # fmt: skip
 EXPECTED["mistral"] = EXPECTED["qwen2"] = EXPECTED["llama"]
 TRANSLATIONS = {  # streams only LayerNorms read: every write may add t·1 (notes 005 §4)
-    "phi": [146], "gpt2": [290], "gpt2-lm": [226], "opt": [212], "bloom": [64, 162],
+    "phi": [146], "gpt2": [290], "gpt2-lm": [226], "opt": [212], "bloom": [64, 163],
     "swin": [13],  # the patch convolution (3 · 2 · 2 + 1), read only by the embeddings' norm
 }  # fmt: skip
 for _kind, _dims in TRANSLATIONS.items():  # GPT-2: wte 64 + wpe 64 + (32 + 1) + (128 + 1)
@@ -71,7 +72,8 @@ ABSORBED = {  # translations the next map absorbs (notes 006 §3): value biases 
     # (NormReaderTranslation: the outputs of every map reading a LayerNorm), key biases (d_k, or
     # the unrotated half under Phi's partial RoPE), token + position tables (ParameterTranslation)
     "phi": {("BiasAbsorption", 8): 4, ("BiasAbsorption", 32): 1,
-            ("NormReaderTranslation", 144): 1, ("ParameterTranslation", 4): 4},
+            ("NormReaderTranslation", 144): 1, ("ParameterTranslation", 4): 4,
+            ("ParameterTranslation", 32): 1},  # Phi's parallel block: b_dense + t, b_fc2 − t
     "gpt2": {("BiasAbsorption", 8): 4, ("BiasAbsorption", 32): 2,
              ("NormReaderTranslation", 96): 1, ("NormReaderTranslation", 128): 1,
              ("ParameterTranslation", 8): 4, ("ParameterTranslation", 32): 1},
@@ -87,6 +89,16 @@ ABSORBED["gpt2-lm"] = ABSORBED["bloom"] = {
 }
 for _kind, _absorbed in ABSORBED.items():
     EXPECTED[_kind].update(_absorbed)
+# BLOOM: the embedding norm's (γ, β), the table following; its β also writes into the stream (163)
+EXPECTED["bloom"][("EmbeddingNormAffine", 64)] = 1
+# T5 and Swin: one constant per head (4) added to the relative-position table; Swin also: its
+# first norm read through the windows' (no-op) pad and views (rescaling 16, reader rows 48 = q,
+# k, v, β 16), and the stream after the embeddings' norm that only norms read (its β 1, o_proj
+# 16 + 1, fc2 64 + 1: 83)
+EXPECTED["t5"][("ParameterTranslation", 4)] = 1
+EXPECTED["swin"].update({("PositiveScaling", 16): 2, ("NormReaderTranslation", 48): 1,
+                         ("BiasAbsorption", 16): 2, ("ParameterTranslation", 4): 5,
+                         ("StreamTranslation", 83): 1})  # fmt: skip
 TAKES_CACHE = set(KINDS) - {"swin"}  # T5EncoderModel takes use_cache through its config too
 
 
@@ -237,10 +249,12 @@ def test_gpt_neox_heads_sliced_out_of_a_packed_projection() -> None:
     kinds = [(type(s).__name__, s.dim) for s in found if s.exact and s.dim]
     # the absorbed translations: value biases (8 per head) and each norm's β (32) into biases,
     # the maps reading the two norms (96 = q, k, v rows; 64 = the MLP's), the unrotated half of
-    # each key bias (4)
+    # each key bias (4), and the attention's and the MLP's output biases, added into the stream
+    # in one sum (the parallel residual: 32)
     assert sorted(set(kinds)) == [("BiasAbsorption", 8), ("BiasAbsorption", 32),
                                   ("NormReaderTranslation", 64), ("NormReaderTranslation", 96),
-                                  ("ParameterTranslation", 4), ("PositiveScaling", 32),
+                                  ("ParameterTranslation", 4), ("ParameterTranslation", 32),
+                                  ("PositiveScaling", 32),
                                   ("QueryKeyGL", 16), ("RotaryQueryKey", 4),
                                   ("StreamTranslation", 162), ("ValueOutputGL", 64)]  # fmt: skip
     assert sum(isinstance(s, HeadPermutation) for s in found) == 1
@@ -408,16 +422,20 @@ def test_packed_qkv_split_by_one_view_gets_every_head_group() -> None:
 @pytest.mark.parametrize("kind", ["llama", "phi", "gpt2", "swin"])
 def test_orbits_and_conserved_quantities_of_every_continuous_group(kind: str) -> None:
     """At a generic point every exact continuous group's orbit has its full dimension; the
-    linear ones give their conserved quantities, the affine translations are refused by name."""
+    linear ones give their conserved quantities, the translations by fixed directions their
+    linear charges ⟨θ, w_k⟩, and the shifts by what they read are refused by name."""
     model, x, found = _detect(kind)
     continuous = [s for s in found if s.exact and s.dim and s.dim <= 64]
     assert continuous
     for s in continuous:
         assert ps.orbit_dimension(model, s, x=x) == s.dim, s.name
-        if s.linear:  # the translations (affine, or shifted by what they read): refused below
+        if s.linear:
             assert ps.conserved_quantities(model, s).numel() > 0
-    refused = [s for s in found if s.dim and not s.linear]
-    assert any(isinstance(s, StreamTranslation) for s in refused) == (kind in TRANSLATIONS)
+    translations = [s for s in found if s.dim and s.translation]
+    for s in translations:
+        assert ps.conserved_quantities(model, s).numel() == s.dim, s.name
+    assert any(isinstance(s, StreamTranslation) for s in translations) == (kind in TRANSLATIONS)
+    refused = [s for s in found if s.dim and not s.linear and not s.translation]
     for s in refused:
         with pytest.raises(ps.InvalidArgumentError, match=re.escape(s.name)):
             ps.conserved_quantities(model, s)

@@ -153,12 +153,14 @@ from paramsym.symmetry import (
 from paramsym.symo import CurvatureStructure, Factors, FactorTracker, SymO
 from paramsym.tangent_kernel import (
     AuditReport,
+    LocalAuditReport,
     NTKTracker,
     audit,
     fd_bounds,
     functional_dimension,
     kernel_alignment,
     linear_regions,
+    local_audit,
     loss_alignment,
     ntk,
 )
@@ -219,6 +221,7 @@ __all__ = [
     "LearnedSymmetryConfig",
     "LearnedTeleportConfig",
     "LearnedTeleporter",
+    "LocalAuditReport",
     "MissingCalibrationError",
     "MissingParameterError",
     "MomentMap",
@@ -301,6 +304,7 @@ __all__ = [
     "level_set_teleport",
     "linear_interpolation",
     "linear_regions",
+    "local_audit",
     "loss_alignment",
     "mean_orbit_curvature",
     "merge",

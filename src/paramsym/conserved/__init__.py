@@ -3,6 +3,9 @@ and flat minima (dissertation ch. 2, App. A; Zhao et al., ICLR 2023).
 
 * :mod:`~paramsym.conserved.moment`: Q_M(θ) = ⟨θ, M·θ⟩ of any linear symmetry, all at once
   (the moment map; the imbalance W_iW_iᵀ + b_ib_iᵀ − W_{i+1}ᵀW_{i+1}), Prop 2.5.1.
+* :mod:`~paramsym.conserved.translation`: Q_k(θ) = ⟨θ, w_k⟩ of a translation by fixed
+  directions w_k (key biases, embedding sums, the stream's mean), conserved by GF and GD
+  alike; the absorbed translations whose directions depend on parameters they read have none.
 * :mod:`~paramsym.conserved.elementwise`: Eq. 2.17 for elementwise activations, whitened input.
 * :mod:`~paramsym.conserved.radial`: the angular-momentum identity of radial nets, Thm 2.5.6.
 * :mod:`~paramsym.conserved.drift`: the exact one-step GD drift η²Q(∇L), a training tracker.
@@ -55,6 +58,7 @@ from paramsym.conserved.spectral import (
     spectral_rate_bound,
     spectral_sigma,
 )
+from paramsym.conserved.translation import TranslationCharge
 from paramsym.errors import ApproximateConservationWarning
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "MomentMap",
     "QStatistics",
     "RadialReparameterization",
+    "TranslationCharge",
     "angular_momentum",
     "closed_form_antiderivative",
     "conservation_residual",

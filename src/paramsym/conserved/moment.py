@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.conserved.base import ConservedQuantity, slot_rows
+from paramsym.conserved.translation import TranslationCharge
 from paramsym.core.params import Params, check_finite, flatten, inner, resolve_params, to_dtype
 from paramsym.curvature import tangent_matrix
 from paramsym.errors import ApproximateConservationWarning, InvalidArgumentError
@@ -77,7 +78,11 @@ def family_of(symmetry: Symmetry) -> Family:
     """Which closed form of μ applies, after checking that Prop 2.5.1 applies at all.
 
     Raises :class:`~paramsym.errors.InvalidArgumentError` naming the symmetry for discrete
-    groups, nonlinear or data-dependent actions, distribution symmetries and orthogonal groups.
+    groups, nonlinear or data-dependent actions, distribution symmetries and orthogonal groups;
+    for constant translations (whose conserved quantities are linear:
+    :class:`~paramsym.conserved.translation.TranslationCharge`) and for the translations whose
+    directions depend on parameters they read (no Noether charge: see
+    :mod:`~paramsym.conserved.translation`).
     """
     what = f"conserved quantities of {symmetry.name} ({symmetry.group})"
     if isinstance(symmetry, ProductSymmetry):
@@ -88,6 +93,18 @@ def family_of(symmetry: Symmetry) -> Family:
         raise InvalidArgumentError(
             f"{what}: a discrete group has no Lie algebra and no conserved quantities; pass a "
             "continuous symmetry (GL, rescaling, LoRA/attention GL)"
+        )
+    if symmetry.reads and not symmetry.data_dependent:
+        raise InvalidArgumentError(
+            f"{what}: it moves parameters by amounts that depend on parameters it reads and "
+            f"leaves fixed ({', '.join(symmetry.reads)}), so its generator field is not a "
+            "gradient field (nor is any combination of it), and gradient flow has no Noether "
+            "charge for it"
+        )
+    if symmetry.translation and not symmetry.data_dependent:
+        raise InvalidArgumentError(
+            f"{what}: a translation by fixed directions w_k conserves the linear ⟨θ, w_k⟩, not "
+            "a quadratic Q_M; use TranslationCharge (ps.conserved_quantities returns it)"
         )
     if symmetry.data_dependent or not symmetry.linear:
         raise InvalidArgumentError(
@@ -368,10 +385,13 @@ def as_quantity(
     quantity: Symmetry | ConservedQuantity, params: Mapping[str, Tensor] | None = None
 ) -> ConservedQuantity:
     """A :class:`ConservedQuantity` as given, or the :class:`MomentMap` of a symmetry
-    (checked numerically at ``params`` when its family has no closed form)."""
+    (checked numerically at ``params`` when its family has no closed form), or the
+    :class:`~paramsym.conserved.translation.TranslationCharge` of a constant translation."""
     if isinstance(quantity, ConservedQuantity):
         return quantity
     if isinstance(quantity, Symmetry):
+        if quantity.translation and not quantity.reads and not quantity.data_dependent:
+            return TranslationCharge(quantity)
         return MomentMap(quantity, check_params=params)
     raise InvalidArgumentError(
         "expected a Symmetry or a ConservedQuantity (MomentMap, ElementwiseQ), got "
@@ -398,12 +418,18 @@ def conserved_quantities(
     *,
     method: Method = "auto",
 ) -> Tensor:
-    """Every conserved quantity of gradient flow that the linear ``symmetry`` gives, at once.
+    """Every conserved quantity of gradient flow that the linear ``symmetry`` (or constant
+    translation) gives, at once.
 
     Returns μ(θ) shaped like the algebra (see :class:`MomentMap`): for GL(h) of a linear hidden
     layer the h×h imbalance ``W_i W_iᵀ + b_i b_iᵀ − W_{i+1}ᵀ W_{i+1}`` (App. A.2.9), for the
     rescaling of a degree-α activation the vector ``diag[W_i W_iᵀ + b_i b_iᵀ − α W_{i+1}ᵀ
-    W_{i+1}]`` (Ex. 2.5.4). Q_M for a symmetric M in the algebra is ``⟨μ, M⟩``.
+    W_{i+1}]`` (Ex. 2.5.4). Q_M for a symmetric M in the algebra is ``⟨μ, M⟩``. For a
+    translation by fixed directions θ ↦ θ + Σ_k t_k w_k (``symmetry.translation``: key
+    biases, token/position table sums, the stream's mean, the softmax translation), the
+    vector ``(⟨θ, w_k⟩)_k`` (:class:`~paramsym.conserved.translation.TranslationCharge`:
+    dQ_k/dt = −⟨∇L, w_k⟩ = 0). The absorbed translations whose directions depend on
+    parameters they read have none and are refused, saying why.
 
     Args:
         model: the network (for the default ``params``).
@@ -412,6 +438,8 @@ def conserved_quantities(
         method: ``"auto"``, ``"closed_form"`` or ``"generic"`` (module docstring).
     """
     point = resolve_params(model, params)
+    if symmetry.translation and not symmetry.reads and not symmetry.data_dependent:
+        return TranslationCharge(symmetry)(point)
     return MomentMap(symmetry, method=method, check_params=point)(point)
 
 

@@ -298,6 +298,7 @@ LIBRARY_MODULES = (
     "paramsym.experiments.symo_training",
     "paramsym.experiments.architectures",
     "paramsym.experiments.decoders",
+    "paramsym.experiments.completeness",
     "paramsym.experiments.teleport_cnn",
     "paramsym.experiments.cnn_matching",
     "paramsym.experiments.merging.transformer_merging",

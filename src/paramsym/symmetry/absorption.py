@@ -11,7 +11,8 @@ every input, found on GPT-2 by the functional-dimension audit (:func:`paramsym.a
 * :class:`BiasAbsorption` — a vector added before a linear map is absorbed into its bias:
   ``(s, b) ↦ (s + δ, b − W δ)`` for a LayerNorm's β and the maps reading it, or for a value
   bias and the output projection (attention rows sum to one, so a value bias reaches the output
-  as ``W_o b_v``).
+  as ``W_o b_v``); where a residual add also reads the vector (a Post-LN block: BERT), the bias
+  of the add's other operand takes back δ itself.
 * :class:`NormReaderTranslation` — a LayerNorm's normalised vector x̂ is orthogonal to 1, so a
   map reading ``γ ⊙ x̂ + β`` can add ``u (1/γ)ᵀ`` to its weight and ``−u Σᵢ βᵢ/γᵢ`` to its bias.
 
@@ -40,15 +41,19 @@ from paramsym.symmetry.translation import TranslationGroup
 class Part:
     """A run of ``length`` entries of a parameter along ``axis`` from ``offset``, the same for
     every index of its other axes, that a translation vector of length ``length`` moves (times
-    ``sign``)."""
+    ``sign``). ``within``: ``(other axis, start, stop)`` restricts the move to those indices of
+    another axis (the rows of a ViT's position table that its class token meets)."""
 
     name: str
     axis: int
     offset: int
     length: int
     sign: float = 1.0
+    within: tuple[int, int, int] | None = None
 
     def region(self) -> Region:
+        if self.within is not None:
+            return (self.name, *self.within)
         return (self.name, self.axis, self.offset, self.offset + self.length)
 
 
@@ -94,12 +99,28 @@ def _shift(t: Tensor, part: Part, vector: Tensor) -> Tensor:
     pieces.append(run)
     if after:
         pieces.append(t.new_zeros(*[s if a != part.axis else after for a, s in enumerate(t.shape)]))
-    return torch.cat(pieces, dim=part.axis) if len(pieces) > 1 else run
+    step = torch.cat(pieces, dim=part.axis) if len(pieces) > 1 else run
+    if part.within is None:
+        return step
+    axis, start, stop = part.within
+    if axis == part.axis or t.ndim <= axis or not 0 <= start < stop <= t.shape[axis]:
+        raise ShapeError(
+            f"parameter '{part.name}' has shape {tuple(t.shape)}: no indices [{start}, {stop}) "
+            f"along axis {axis} apart from the moved axis {part.axis}"
+        )
+    mask = torch.zeros(t.shape[axis], dtype=t.dtype, device=t.device)
+    mask[start:stop] = 1
+    shape = [1] * t.ndim
+    shape[axis] = t.shape[axis]
+    return step * mask.reshape(shape)
 
 
 class _Shifts(TranslationGroup):
     """Shared by the families: ``act`` adds :meth:`_changes` (θ, v) and ``tangent`` returns
-    :meth:`_changes` (θ, ξ) (the action is a translation by a vector linear in v)."""
+    :meth:`_changes` (θ, ξ) (the action is a translation by a vector linear in v, which
+    depends on the :attr:`~Symmetry.reads` alone: :attr:`~Symmetry.shifts_by_reads`)."""
+
+    shifts_by_reads = True
 
     def _changes(self, params: Mapping[str, Tensor], v: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
@@ -164,12 +185,23 @@ class BiasAbsorption(_Shifts):
             translated entries sit at ``offset`` on it. Several readers may share one bias
             (the output projection read by every query head of a grouped-query attention).
         family, site: the name is ``"<family>[<site>]"``.
+        partners: biases of length n added to ``s`` where it is read as it is (a Post-LN
+            block's residual add of the norm's output and an output projection): each takes
+            back δ itself, ``b_p ↦ b_p − δ``, so the sum is unchanged.
     """
 
     translation = False
 
-    def __init__(self, source: Part, readers: Sequence[Reader], *, family: str, site: str) -> None:
-        if not readers or any(r.bias is None for r in readers):
+    def __init__(
+        self,
+        source: Part,
+        readers: Sequence[Reader],
+        *,
+        family: str,
+        site: str,
+        partners: Sequence[str] = (),
+    ) -> None:
+        if not (readers or partners) or any(r.bias is None for r in readers):
             raise InvalidArgumentError(
                 f"{family}[{site}]: every reader needs a bias to absorb the translation"
             )
@@ -179,10 +211,12 @@ class BiasAbsorption(_Shifts):
         )
         self.source = source
         self.readers = tuple(readers)
+        self.partners = tuple(partners)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([self.source.name, *(r.bias for r in self.readers if r.bias)]))
+        biases = [r.bias for r in self.readers if r.bias]
+        return tuple(dict.fromkeys([self.source.name, *biases, *self.partners]))
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -191,6 +225,7 @@ class BiasAbsorption(_Shifts):
     @property
     def touched_regions(self) -> frozenset[Region]:
         biases = {(r.bias, 0, 0, None) for r in self.readers if r.bias}
+        biases |= {(name, 0, 0, None) for name in self.partners}
         return frozenset({self.source.region(), *biases})
 
     def _changes(self, params: Mapping[str, Tensor], v: Tensor) -> dict[str, Tensor]:
@@ -216,6 +251,15 @@ class BiasAbsorption(_Shifts):
             changes[reader.bias] = (
                 changes[reader.bias] - taken if reader.bias in changes else -taken
             )
+        for name in self.partners:
+            bias = _get(params, name, self.name)
+            if bias.shape != (self.dim,):
+                raise ShapeError(
+                    f"{self.name}: bias '{name}' has shape {tuple(bias.shape)}, expected "
+                    f"({self.dim},) (added to the translated vector)"
+                )
+            taken = v.to(dtype=bias.dtype, device=bias.device)
+            changes[name] = changes[name] - taken if name in changes else -taken
         return changes
 
 

@@ -200,6 +200,14 @@ class Symmetry(abc.ABC):
     ∇L(g·θ) = ∇L(θ), and no objective of ∇L alone changes along the group (gradient
     transport leaves such symmetries where they are)."""
 
+    shifts_by_reads: bool = False
+    """Whether the action only adds to :attr:`parameter_names` amounts that depend on the group
+    element and on :attr:`reads` alone, act(θ, g) = θ + b(g, θ_reads), leaving the read
+    parameters fixed (:mod:`paramsym.symmetry.absorption`). Then ∇L(g·θ) keeps its components
+    on the moved parameters and changes on the read ones by −(∂b/∂θ_reads)ᵀ∇L, exactly: the
+    gradient-transport teleport takes such actions
+    (:func:`~paramsym.teleportation.transport_obstacle`)."""
+
     moves_frozen: bool = False
     """Whether the symmetry is built to move parameters with ``requires_grad=False`` (the
     scales of a :class:`~paramsym.teleportation.ScaledModel`). Teleportation keeps every other

@@ -22,6 +22,7 @@ from paramsym.tangent_kernel.kernel import (
     kernel_matrix,
     ntk,
 )
+from paramsym.tangent_kernel.local_completeness import LocalAuditReport, UnitAudit, local_audit
 from paramsym.tangent_kernel.outputs import OutputSelector
 from paramsym.tangent_kernel.regions import (
     FDBounds,
@@ -39,10 +40,12 @@ __all__ = [
     "FDBounds",
     "FunctionalDimension",
     "LinearRegions",
+    "LocalAuditReport",
     "NTKTracker",
     "OutputSelector",
     "RankResolutionWarning",
     "StructuredFallbackWarning",
+    "UnitAudit",
     "audit",
     "choose_method",
     "fd_bounds",
@@ -50,6 +53,7 @@ __all__ = [
     "kernel_alignment",
     "kernel_matrix",
     "linear_regions",
+    "local_audit",
     "loss_alignment",
     "ntk",
     "null_directions",

@@ -16,9 +16,12 @@ all of it. :func:`audit` measures the difference (notes 006):
   *unreached* ones, parameters no input of the audit reaches at this point (zero columns of J:
   a token that never occurs, a position beyond the sequence, a dead ReLU unit; also a parameter
   the function ignores altogether, which is a symmetry), and *point-degenerate* ones: at a
-  second, perturbed point (``points=2``) the count is measured again, and directions missing at
-  θ only belong to this point. What is missing at both points and reached is a symmetry the
-  catalogue does not name.
+  second, perturbed point (``points=2``) the count is measured again, on inputs half of which
+  spread :data:`WIDE_SPREAD` times wider than the example's, and the reached directions missing
+  at θ only belong to this point and these data (a ReLU unit that is always active, or almost
+  never, on inputs like the example: notes 004). What is missing at both points and reached is
+  a symmetry the catalogue does not name: ``missing = unreached + point_degenerate`` where
+  nothing is.
 
 Ranks are decided at the widest gap of each spectrum (:func:`~paramsym.core.ranks.decide_rank`),
 and the audit says when a gap is not clean. The Jacobian is computed in float64 (reverse mode
@@ -50,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from paramsym.core.batches import Inputs, as_inputs, floats_to
+from paramsym.core.batches import Inputs, apply, as_inputs, floats_to, take
 from paramsym.core.linalg import svd
 from paramsym.core.model_checks import check_deterministic, require_module
 from paramsym.core.params import params_of
@@ -61,13 +64,18 @@ from paramsym.errors import InvalidArgumentError, ParamsymWarning
 from paramsym.symmetry import Symmetry, symmetries
 from paramsym.tangent_kernel.dimension import parameter_jacobian
 from paramsym.tangent_kernel.outputs import flat_outputs
-from paramsym.tangent_kernel.probes import draw_like, vocabulary
+from paramsym.tangent_kernel.probes import draw_like, index_ranges, vocabulary
 
 DENSE_PARAMETER_LIMIT = 20_000
 """The largest model the dense audit takes by default (J in float64 is about 2P × P)."""
 
 POINT_NOISE = 0.1
 """The second point: θ plus this times each tensor's RMS times a standard normal."""
+
+WIDE_SPREAD = 4.0
+"""At the second point, half the inputs are drawn with the example's mean and this many times
+its standard deviation (floating inputs): units that inputs like the example leave always
+active or (almost) never active change state there."""
 
 
 class AuditPrecisionWarning(ParamsymWarning):
@@ -110,7 +118,9 @@ class AuditReport:
             entries summed over the tensor; the values sum to ``missing``), largest first.
         unreached_parameters: parameter → number of its entries with a zero Jacobian column.
         missing_elsewhere: ``missing`` at the second point (``None`` with ``points=1``).
-        point_degenerate: missing at θ but not at the second point.
+        point_degenerate: reached directions missing at θ but not at the second point (on its
+            wider inputs): ``(missing − unreached) − (missing_elsewhere −
+            unreached_elsewhere)``, at least 0.
         data_stable: the rank on the first half of the data equals the rank on all of it.
         ranks: ``"jacobian"``, ``"catalogue"``, ``"missing"`` (and ``"jacobian_half"``):
             the gap decisions, as :class:`~paramsym.core.ranks.RankDecision` dicts.
@@ -119,6 +129,10 @@ class AuditReport:
             symmetry that is not one: a bug of its family).
         left_out: catalogue entries not counted (discrete, approximate, loss or data-dependent),
             with the reason.
+        approximate: approximate symmetries (exact up to a norm's ``eps``: the rescalings of a
+            LayerNorm's input) whose tangents stay in the flat space at this point, within the
+            rank's gap: the function changes along them by less than the audit resolves, so
+            they are counted in ``named`` (and not in ``left_out``).
         determined: every rank was decided at a clean gap and the data were enough.
         notes: how the audit was run.
     """
@@ -142,6 +156,8 @@ class AuditReport:
     left_out: dict[str, str] = field(repr=False)
     determined: bool = True
     notes: list[str] = field(default_factory=list)
+    approximate: list[str] = field(default_factory=list)
+    unreached_elsewhere: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -166,7 +182,10 @@ class AuditReport:
             where = ", ".join(f"{k} {v}" for k, v in list(self.unreached_parameters.items())[:6])
             lines.append(f"  of which {self.unreached} unreached by the inputs ({where})")
         if self.point_degenerate:
-            lines.append(f"  of which {self.point_degenerate} missing at this point only")
+            lines.append(
+                f"  of which {self.point_degenerate} reached but missing at this point and on "
+                "these inputs only"
+            )
         if self.not_flat:
             lines.append(f"  NOT flat (not symmetries): {', '.join(self.not_flat)}")
         if not self.data_stable:
@@ -219,7 +238,11 @@ def audit(
         model: any ``nn.Module`` in evaluation mode, called as :func:`paramsym.symmetries`
             calls it (a tensor, a tuple or a dict of keyword inputs).
         example_input: a batch; the audit draws its inputs like it
-            (:func:`~paramsym.tangent_kernel.probes.draw_like`).
+            (:func:`~paramsym.tangent_kernel.probes.draw_like`): token ids over the
+            vocabulary, other integer inputs an embedding reads (``token_type_ids``) over its
+            table's rows. An input the example leaves out is not drawn: the rows the model's
+            default never uses (BERT's token types other than 0) are then reported as
+            ``unreached``.
         catalogue: the symmetries to audit (default: ``ps.symmetries(model, example_input)``).
         rows: rows of J per half of the data (default P, so that either half can reach full
             rank): samples are drawn until each half has at least this many output entries,
@@ -254,9 +277,10 @@ def audit(
         raise AuditSizeError(
             f"audit: {type(model).__name__} has {size:,} parameters; the dense audit needs a "
             f"Jacobian of about 2P × P = {2 * size * size * 8 / 2**30:.1f} GiB in float64 and "
-            f"its SVD, and takes at most max_parameters={max_parameters:,}. Audit the same "
-            "architecture at a smaller width or depth (the catalogue is read off the "
-            "architecture), or raise max_parameters"
+            f"its SVD, and takes at most max_parameters={max_parameters:,}. Use the block-local "
+            "audit, ps.local_audit(model, example_input) (each block, or each large linear "
+            "layer, on its recorded inputs), audit the same architecture at a smaller width or "
+            "depth (the catalogue is read off the architecture), or raise max_parameters"
         )
     if dtype == torch.float32:
         warnings.warn(
@@ -283,6 +307,7 @@ def audit(
             "leaves them out; their values are used by the forward all the same)"
         )
     counted, left_out = _counted(catalogue)
+    approximate = [s for s in catalogue if left_out.get(s.name) == "approximate"]
     generator = torch.Generator().manual_seed(seed)
     point = params_of(work)
     with torch.no_grad():
@@ -293,11 +318,14 @@ def audit(
     tokens = _tokens_per_sample(example)
     if vocab and tokens:  # every token in each half with probability 1 − 1/vocab²
         samples = max(samples, math.ceil(3 * vocab * math.log(max(vocab, 2)) / tokens))
-    data = floats_to(draw_like(example, 2 * samples, generator, vocabulary=vocab), dtype)
+    ranges = index_ranges(work, example)  # other integer inputs: over their tables' rows
+    data = floats_to(
+        draw_like(example, 2 * samples, generator, vocabulary=vocab, ranges=ranges), dtype
+    )
     eps = torch.finfo(dtype).eps
     shapes = {k: t.numel() for k, t in point.items()}
 
-    first = _measure(work, point, data, counted, shapes, eps, samples * per_sample)
+    first = _measure(work, point, data, counted, approximate, shapes, eps, samples * per_sample)
     notes += first.notes
     report = AuditReport(
         model=type(model).__name__,
@@ -321,15 +349,28 @@ def audit(
         },
         catalogue=first.shares,
         not_flat=[s.name for s in first.shares if s.leaves_flat > first.flat_level],
-        left_out=left_out,
+        left_out={k: v for k, v in left_out.items() if k not in first.approximate},
         notes=notes,
+        approximate=first.approximate,
     )
+    if first.approximate:
+        report.notes.append(
+            f"{len(first.approximate)} approximate symmetries (exact up to a norm's eps) stay "
+            "in the flat space at this point and are counted as named: "
+            + ", ".join(first.approximate)
+        )
     decisions = [first.jacobian, first.catalogue, first.missing_rank]
     if points == 2:
         moved = _perturbed(point, generator)
-        second = _measure(work, moved, data, counted, shapes, eps, None)
+        wide = draw_like(_spread(example, WIDE_SPREAD), samples, torch.Generator().manual_seed(
+            seed + 1), vocabulary=vocab, ranges=ranges)  # fmt: skip
+        mixed = _joined(take(data, slice(0, samples)), floats_to(wide, dtype))
+        second = _measure(work, moved, mixed, counted, approximate, shapes, eps, None)
         report.missing_elsewhere = second.missing_rank.rank
-        report.point_degenerate = max(report.missing - report.missing_elsewhere, 0)
+        report.unreached_elsewhere = second.unreached
+        report.point_degenerate = max(
+            report.missing - report.unreached - (second.missing_rank.rank - second.unreached), 0
+        )
         report.ranks["jacobian_elsewhere"] = second.jacobian.to_dict()
         decisions += [second.jacobian, second.missing_rank]
     report.determined = all(d.determined for d in decisions) and report.data_stable
@@ -355,6 +396,7 @@ class _Measurement:
     shares: list[SymmetryShare]
     flat_level: float
     notes: list[str]
+    approximate: list[str]
 
 
 def _measure(
@@ -362,12 +404,14 @@ def _measure(
     point: dict[str, Tensor],
     data: Inputs,
     counted: list[Symmetry],
+    approximate: list[Symmetry],
     shapes: dict[str, int],
     eps: float,
     half_rows: int | None,
 ) -> _Measurement:
     """Everything the audit measures at one point ``point`` on ``data``; the rank on the first
-    ``half_rows`` rows too, where given."""
+    ``half_rows`` rows too, where given. Of the ``approximate`` symmetries, those whose tangents
+    stay within the flat level are counted with the exact ones."""
     size = sum(shapes.values())
     float64 = next(iter(point.values())).dtype == torch.float64
     with KeepFloat64() if float64 else contextlib.nullcontext() as kept:
@@ -393,6 +437,11 @@ def _measure(
     null = vh[decision.rank :]  # (flat, P), orthonormal rows
     zero_columns = jacobian.norm(dim=0) <= max(rows, size) * eps * top
     tangents, shares = _tangents(counted, point, jacobian, top)
+    close, close_shares = _tangents(approximate, point, jacobian, top)
+    flat_rows = [s.leaves_flat <= flat_level for s in close_shares for _ in range(s.dim)]
+    if any(flat_rows):
+        tangents = torch.cat([tangents, close[torch.tensor(flat_rows)]])
+        shares += [s for s in close_shares if s.leaves_flat <= flat_level]
     named_basis, catalogue_rank = _row_basis(tangents, eps, size)
     where = zero_columns.nonzero().flatten()
     unit = jacobian.new_zeros(where.numel(), size)
@@ -414,6 +463,7 @@ def _measure(
         shares=shares,
         flat_level=flat_level,
         notes=notes,
+        approximate=[s.name for s in close_shares if s.leaves_flat <= flat_level],
     )
 
 
@@ -561,3 +611,20 @@ def _tokens_per_sample(x: Inputs) -> int:
 def _has_tokens(x: Inputs) -> bool:
     values = x.values() if isinstance(x, dict) else [x]
     return any(not v.is_floating_point() for v in values)
+
+
+def _spread(x: Inputs, factor: float) -> Inputs:
+    """``x`` with every floating tensor's deviations from its mean times ``factor`` (what
+    :func:`~paramsym.tangent_kernel.probes.draw_like` reads: the same mean, ``factor`` times
+    the standard deviation)."""
+
+    return apply(x, lambda t: t.mean() + factor * (t - t.mean()) if t.is_floating_point() else t)
+
+
+def _joined(a: Inputs, b: Inputs) -> Inputs:
+    """Two batches of the same kind, one after the other."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return {k: torch.cat([a[k], b[k]]) for k in a}
+    assert isinstance(b, Tensor)
+    return torch.cat([a, b])

@@ -22,6 +22,14 @@ Two methods (``teleport(..., method=...)``; ``"auto"`` takes the transport where
     whole orbit, so it is checked once, at the end (one forward pass), instead of after every
     step. For f = ‖∇L‖² this equals the Hessian path's direction, ⟨B_ξ θ, 2Hv⟩ = −2⟨B_ξ v, v⟩
     (differentiate ∇L(A_g θ) = A_g⁻ᵀ∇L(θ) at g = e), tested to 1e-12.
+
+    The absorbed translations (:mod:`paramsym.symmetry.absorption`) are not affine in θ but
+    shift the parameters they move by amounts that depend on parameters they read and leave
+    fixed, θ ↦ θ + Σ_k t_k e_k(θ_r): ∇L keeps its components on the moved parameters and
+    changes on the read ones by −Σ_k t_k (De_k)ᵀ v_m, exactly, and the rate of f(∇L) along t_k
+    is −⟨De_k(θ_r)[c_r], v_m⟩ (:mod:`~paramsym.teleportation.read_shifts`). Their transport
+    depends on the read values, so where another action of the orbit moves those, the path
+    moves θ along with ∇L at every step.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from paramsym.teleportation.objectives import (
     loss_value,
 )
 from paramsym.teleportation.orbit import Move, Orbit, Unit
+from paramsym.teleportation.read_shifts import read_shift_rate, shifts_by_reads
 
 Method = Literal["auto", "hessian", "transport"]
 METHODS: tuple[str, ...] = ("auto", "hessian", "transport")
@@ -80,7 +89,8 @@ class Point:
         ascent: ∂J(g(ξ)·θ)/∂ξ at ξ = 0 per symmetry, where the path computes it with the
             point (Hessian and scalings paths).
         trail: the elements of every accepted step since the start (transport path, which
-            leaves ``params`` at the start and moves them once, in :meth:`AscentPath.finish`).
+            leaves ``params`` at the start and moves them once, in :meth:`AscentPath.finish`,
+            unless it moves them with every step: :attr:`TransportAscent.tracked`).
         parts: J's terms tensor by tensor (transport path, diagonal quadratic objectives).
         factors: the transported ∇L of the tensors moved along both axes, as two factors
             (transport path for J = w‖∇L‖², :mod:`~paramsym.teleportation.gradient_factors`;
@@ -105,14 +115,23 @@ class Point:
 def transport_obstacle(
     symmetries: Sequence[Symmetry], objective: Objective, frozen: set[str]
 ) -> str | None:
-    """Why gradient transport does not apply, in words, or ``None`` when it does."""
+    """Why gradient transport does not apply, in words, or ``None`` when it does.
+
+    It applies to an objective of ∇L alone on exact, data-free symmetries whose action is
+    affine in θ (∇L(g·θ) = A_g⁻ᵀ∇L(θ)) or shifts the parameters it moves by amounts that
+    depend only on the group element and on parameters it reads and leaves fixed
+    (θ ↦ θ + b(g, θ_reads), :func:`~paramsym.teleportation.read_shifts.shifts_by_reads`: the
+    absorbed translations), along which ∇L transports exactly through the Jacobian
+    I + ∂b/∂θ_reads."""
     if not objective.gradient_only:
         return f"the objective {objective.name!r} is not a function of ∇L alone"
     for s in symmetries:
         if s.data_dependent:
             return f"{s.name} depends on the data"
-        if not s.affine:
-            return f"{s.name} is not affine in the parameters"
+        if not (s.affine or shifts_by_reads(s)):
+            return (
+                f"{s.name} is neither affine in the parameters nor a shift by parameters it reads"
+            )
         if not s.exact:
             return f"{s.name} is approximate"
         if frozen & set(s.parameter_names):
@@ -131,8 +150,9 @@ def choose_method(
     obstacle = transport_obstacle(symmetries, objective, frozen)
     if method == "transport" and obstacle is not None:
         raise InvalidArgumentError(
-            f"teleport: method='transport' needs an objective of ∇L alone on exact, linear, "
-            f"data-free symmetries, but {obstacle}; use method='hessian' (or 'auto')"
+            f"teleport: method='transport' needs an objective of ∇L alone on exact, affine (or "
+            f"absorbed-translation), data-free symmetries, but {obstacle}; use "
+            "method='hessian' (or 'auto')"
         )
     if method == "hessian" or obstacle is not None:
         return "hessian"
@@ -284,6 +304,12 @@ class TransportAscent(AscentPath):
     preconditioner) J is kept tensor by tensor and only the moved tensors' terms are
     recomputed, and ∇J = 2 w ⊙ v needs no autograd. Translations leave ∇L unchanged, so no
     such objective changes along them: their rate is zero and they are never moved.
+
+    The absorbed translations (:mod:`~paramsym.teleportation.read_shifts`) change ∇L on the
+    tensors they read; their rate is computed apart (:func:`read_shift_rate`), the tensors
+    they move and read are kept whole (no Gram surrogate, no factors), and where another
+    action of the orbit moves what they read (:attr:`tracked`), θ moves with every step, so
+    that their transport and rates see the read values of the current point.
     """
 
     name = "transport"
@@ -306,6 +332,14 @@ class TransportAscent(AscentPath):
             weights = None  # of_gradient names the missing entry
         self.weights = weights
         self.moving = [i for i, s in enumerate(orbit.symmetries) if not s.translation]
+        symmetries = orbit.symmetries
+        self.shifting = [i for i in self.moving if shifts_by_reads(symmetries[i])]
+        self.plain = [i for i in self.moving if i not in self.shifting]
+        moved = {n for i in self.moving for n in symmetries[i].parameter_names}
+        read = {n for i in self.shifting for n in symmetries[i].reads}
+        self.tracked = bool(read & moved)
+        """Whether θ moves with every step (an absorbed translation's reads are moved by the
+        orbit); otherwise it stays at the start until :meth:`finish`."""
         self.constants: dict[str, float] = {}  # of the Gram surrogates (gram_surrogate.py)
         self.factored: FactoredTensors | None = None  # gradient_factors.py
 
@@ -412,21 +446,33 @@ class TransportAscent(AscentPath):
         )
 
     def advance(self, point: Point, xis: Sequence[Tensor]) -> Point:
-        """∇L carried through the step's elements (θ stays, see :meth:`finish`)."""
+        """∇L carried through the step's elements (θ stays, see :meth:`finish`, unless
+        :attr:`tracked`)."""
         assert point.loss_gradient is not None
         elements = self.orbit.elements(xis, skip_zero=True)
-        moves: list[Move] = [(unit, g, self.theta) for unit, g in elements]
+        params = point.params
+        if self.tracked:
+            params, moves = self.orbit.apply(point.params, elements)
+        else:
+            moves = [(unit, g, self.theta) for unit, g in elements]
         gradient = self.orbit.transport(point.loss_gradient, moves)
         factors = point.factors
         if self.factored is not None and factors:
             factors = self.factored.transport(factors, elements)
-        changed = list(dict.fromkeys(n for unit, _ in elements for n in unit.parameter_names))
+        changed = list(
+            dict.fromkeys(
+                n
+                for unit, _ in elements
+                for n in (*unit.parameter_names, *getattr(unit, "reads", ()))
+            )
+        )
         trial = self._point(
             gradient,
             point.parts,
             [k for k in changed if k in gradient or k in factors],
             factors,
         )
+        trial.params = params
         trial.trail = [*point.trail, elements]
         trial.covectors, trial.moves = point.covectors, moves
         return trial
@@ -437,22 +483,24 @@ class TransportAscent(AscentPath):
         the zero point (b_ξ alone) is subtracted. The pullback is linear in the point and in
         the covector, so for c = 2w ⊙ v with one weight w it is 2w times v's pullback at v,
         and the (small) rates are negated rather than a P-sized −v built. Translations have
-        rate zero (class docstring)."""
+        rate zero (class docstring); the absorbed translations' rate is
+        −⟨De_k(θ_r)[c_r], v_m⟩ at the point (:func:`read_shift_rate`)."""
         v = point.loss_gradient  # over the trained parameters, which hold every moved one
         assert v is not None
         if isinstance(self.weights, float):
             at, factor = v, 2.0 * self.weights
         elif self.weights is not None:
-            moved = {n for i in self.moving for n in self.orbit.symmetries[i].parameter_names}
+            moved = {n for i in self.plain for n in self.orbit.symmetries[i].parameter_names}
             at, factor = {k: 2.0 * self.weights[k] * v[k] for k in moved if k in v}, 1.0
         else:
             at, factor = point.gradient, 1.0
-        rates = self.orbit.pullback(at, v, only=self.moving)
-        by_index = dict(zip(self.moving, rates, strict=True))
+        rates = self.orbit.pullback(at, v, only=self.plain)
+        by_index = dict(zip(self.plain, rates, strict=True))
         if self.factored is not None and point.factors:  # only for J = w‖v‖² (start)
-            for i, rate in self.factored.rates(point.factors, self.moving).items():
+            for i, rate in self.factored.rates(point.factors, self.plain).items():
                 by_index[i] = by_index[i] + rate.to(by_index[i].dtype)
-        affine = [i for i in self.moving if not self.orbit.symmetries[i].linear]
+        shifts = {i: self._shift_rate(point, i) for i in self.shifting}
+        affine = [i for i in self.plain if not self.orbit.symmetries[i].linear]
         if affine:
             moved = {n for i in affine for n in self.orbit.symmetries[i].parameter_names}
             zeros = {k: torch.zeros_like(t) for k, t in self.theta.items() if k in moved}
@@ -462,16 +510,37 @@ class TransportAscent(AscentPath):
         return [
             -factor * by_index[i]
             if i in by_index
+            else shifts[i]
+            if i in shifts
             else torch.zeros(s.dim, dtype=self.orbit.dtype, device=self.orbit.device)
             for i, s in enumerate(self.orbit.symmetries)
         ]
 
+    def _shift_rate(self, point: Point, index: int) -> Tensor:
+        """The rate of the absorbed translation at ``index`` (:func:`read_shift_rate`), with
+        c = ∇f(v) on the tensors it reads: 2w ⊙ v for a diagonal quadratic objective (for one
+        weight, 2w times the rate at c = v: the rate is linear in c), autograd's otherwise."""
+        v = point.loss_gradient
+        assert v is not None
+        s = self.orbit.symmetries[index]
+        reads = [k for k in s.reads if k in v]
+        if isinstance(self.weights, float):
+            rate = 2.0 * self.weights * read_shift_rate(s, point.params, v, v)
+        elif self.weights is not None:
+            c = {k: 2.0 * self.weights[k] * v[k] for k in reads}
+            rate = read_shift_rate(s, point.params, v, c)
+        else:
+            c = {k: point.gradient[k] for k in reads if k in point.gradient}
+            rate = read_shift_rate(s, point.params, v, c)
+        return rate.to(self.orbit.dtype)
+
     def finish(self, point: Point) -> Point:
-        """The end point: θ moved along the whole trail, once, and ‖∇L‖ filled in."""
+        """The end point: θ moved along the whole trail, once (or with every step, where
+        :attr:`tracked`), and ‖∇L‖ filled in."""
         if not point.trail:
             done = point
         else:
-            params = self.orbit.replay(self.theta, point.trail)
+            params = point.params if self.tracked else self.orbit.replay(self.theta, point.trail)
             done = Point(
                 params,
                 point.value,

@@ -8,7 +8,8 @@ set of continuous symmetries of a model, all at once:
 2. pull it back to the Lie algebra of every symmetry s through the action's tangent:
    ∂J(exp(ξ)·θ)/∂ξ at ξ = 0 equals T_sᵀ ∇_θJ with T_s(ξ) = ``s.tangent(θ, ξ)``, which costs a
    pass through the action, not a rebuild of the network. For objectives of ∇L alone on
-   exact, linear, data-free actions, steps 1-2 need no network pass at all: ∇L is
+   exact, data-free actions that are affine (or absorbed translations, which shift parameters
+   by amounts read off others), steps 1-2 need no network pass at all: ∇L is
    transported along the orbit from one gradient (:mod:`~paramsym.teleportation.ascent`);
 3. step in that direction, and move θ ← s.act(θ, g(ξ)) for each symmetry in turn, with
    g(ξ) = exp(ξ) (default) or the first-order g = I + ξ of the paper's regression runs
@@ -291,7 +292,8 @@ def teleport(
         parameterization: ``"exp"`` (g = exp ξ) or ``"first_order"`` (g = I + ξ; the paper's
             regression runs, with the exact inverse instead of its I − ξ).
         method: ``"auto"`` (default) transports ∇L along the orbit where that is exact (an
-            objective of ∇L alone, such as ‖∇L‖², on exact, linear, data-free symmetries: one
+            objective of ∇L alone, such as ‖∇L‖², on exact, affine data-free symmetries or
+            absorbed translations (:func:`~paramsym.teleportation.transport_obstacle`): one
             gradient per teleport) and otherwise differentiates the objective at every step
             (``"hessian"``: one HVP per step for ‖∇L‖²); ``"transport"`` insists on the former
             and says why it does not apply. See :mod:`~paramsym.teleportation.ascent`.

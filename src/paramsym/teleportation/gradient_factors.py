@@ -25,9 +25,11 @@ The factors come from forward hooks on the layers that own the weights (the inpu
 the gradient Δ at the outputs from a hook on the output tensor) during the teleport's one
 gradient, and are checked against autograd's gradient: ‖A C − ∇W‖_F ≤ 2 N ε ‖A‖_F ‖C‖_F, the
 rounding bound of two evaluations of the product. A weight used elsewhere too (tied, or read
-outside its layer), a layer of another kind, or one whose factors would not be smaller than a
-quarter of the tensor (:data:`MAX_SHARE`) is kept whole. The result is exact: the same
-steps and end point as the whole tensors, to rounding (tests/test_gradient_factors.py).
+outside its layer), a layer of another kind, one that an absorbed translation moves or reads
+(:func:`~paramsym.teleportation.gram_surrogate.regions_by_tensor`), or one whose factors would
+not be smaller than a quarter of the tensor (:data:`MAX_SHARE`) is kept whole. The result is
+exact: the same steps and end point as the whole tensors, to rounding
+(tests/test_gradient_factors.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ FFN's input projections (moved only by the LayerNorm rescalings) and the attenti
 projections (moved only by the per-head value–output maps) shrink from 768 × 3072 and
 768 × 768 to 768 × 1 and 768 × 64. Tensors moved along two axes (a packed query–key–value
 projection: heads on one axis, a norm's rescaling on the other), by affine, data-dependent or
-whole-tensor actions, are kept whole. The result is exact: the same rates and J as the whole
-tensors, to rounding (tests/test_teleport_transport.py).
+whole-tensor actions, or read by an absorbed translation
+(:attr:`~paramsym.symmetry.Symmetry.reads`), are kept whole. The result is exact: the same
+rates and J as the whole tensors, to rounding (tests/test_teleport_transport.py).
 """
 
 from __future__ import annotations
@@ -69,10 +70,13 @@ def moved_regions(unit: Unit) -> list[Row] | None:
 def regions_by_tensor(units: Sequence[Unit]) -> dict[str, list[tuple[int, Row]]]:
     """The regions ``units`` move, by tensor, each with its unit's position in ``units``;
     without the tensors that any unit moves in another way (:func:`moved_regions` is
-    ``None``)."""
+    ``None``) or reads (:attr:`~paramsym.symmetry.Symmetry.reads`: an absorbed translation's
+    transport adds −(∂b/∂θ_r)ᵀv to their gradient and its rate pairs their whole gradient, so
+    neither a Gram surrogate nor two factors of it would do)."""
     by_tensor: dict[str, list[tuple[int, Row]]] = {}
     refused: set[str] = set()
     for position, unit in enumerate(units):
+        refused.update(getattr(unit, "reads", ()))
         rows = moved_regions(unit)
         if rows is None:
             refused.update(unit.parameter_names)

@@ -146,8 +146,8 @@ class Objective(abc.ABC):
     default symmetries leave out those that keep only the loss (the logits' softmax
     translation)."""
     """Whether the value is a function of ∇L alone (:meth:`of_gradient`): then a teleport along
-    exact, linear, data-free symmetries can transport ∇L instead of recomputing it
-    (``teleport(..., method="transport")``)."""
+    exact, affine (or absorbed-translation), data-free symmetries can transport ∇L instead of
+    recomputing it (``teleport(..., method="transport")``)."""
 
     @abc.abstractmethod
     def __call__(self, context: TeleportContext) -> Tensor:

@@ -24,12 +24,15 @@ from paramsym.core.params import Params
 from paramsym.errors import ApproximateActionWarning, InvalidArgumentError, InvalidGroupElementError
 from paramsym.symmetry.base import GroupElement, Region, Symmetry, regions_overlap
 from paramsym.symmetry.batched import MatrixBatch, batch_symmetries
+from paramsym.teleportation.read_shifts import carry_reads, shifts_by_reads
 
 Parameterization = Literal["exp", "first_order"]
 Unit = Symmetry | MatrixBatch
 Move = tuple[Unit, GroupElement, Params]
 """(unit, group element, the parameters after acting with it: for a linear or affine action,
-whose covector transport is the same at every point, any point of the orbit)."""
+whose covector transport is the same at every point, any point of the orbit; for one that
+reads parameters it leaves fixed (:attr:`~paramsym.symmetry.Symmetry.reads`), a point with
+their values where it acted)."""
 
 
 class Orbit:
@@ -164,20 +167,33 @@ class Orbit:
     ) -> tuple[Params, list[Move]]:
         """θ after acting with each g(ξ_s) in turn, and each (symmetry, g, point after it).
         The Hessian path evaluates the result through the actions (:meth:`through_actions`),
-        which re-bases it onto the batch-fixed points of data-dependent actions.
+        which re-bases it onto the batch-fixed points of data-dependent actions."""
+        return self.apply(params, self.elements(xis))
+
+    def apply(
+        self, params: Mapping[str, Tensor], elements: Sequence[tuple[Unit, GroupElement]]
+    ) -> tuple[Params, list[Move]]:
+        """θ after acting with each (unit, g) of ``elements`` in turn (as :meth:`elements` gives
+        them), and each (unit, g, point after it): :meth:`move` for given elements.
 
         A family that acts slot by slot (``NeuronSymmetry.acts_in_place``) writes its regions
         into one copy of each tensor it touches, made once per move: its recorded point is
         the dict being written, whose values change later, which its covector transport
         allows (the action is linear in θ, so its VJP is the same at every point). Any other
-        action returns a new dict, recorded as the point after it."""
+        action returns a new dict, recorded as the point after it and never written again (the
+        next slot-by-slot family writes into a copy of the dict): the covector transport of an
+        action that reads parameters (:attr:`~paramsym.symmetry.Symmetry.reads`) depends on
+        their values at its point."""
         moves: list[Move] = []
         current = dict(params)
         owned: set[str] = set()  # tensors copied here and referenced by no recorded point
+        recorded = False  # whether ``current`` is the recorded point of a non-slot action
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", ApproximateActionWarning)  # warned once up front
-            for s, g in self.elements(xis):
+            for s, g in elements:
                 if getattr(s, "acts_in_place", False):
+                    if recorded:
+                        current, recorded = dict(current), False
                     s.act_in_place(current, g, owned)  # type: ignore[union-attr]
                     moves.append((s, g, current))
                 else:
@@ -185,12 +201,15 @@ class Orbit:
                     current = s.act(current, g, self._x(s))
                     owned.clear()
                     moves.append((s, g, current))
+                    recorded = True
         return current, moves
 
     def transport(self, covector: Mapping[str, Tensor], moves: Sequence[Move]) -> Params:
         """Carry a covector through the moves: m ← J⁻ᵀm as the VJP of θ' ↦ s.act(θ', g⁻¹) at
         the point recorded with the move, differentiated in the parameters the symmetry moves and
-        those it reads (:attr:`~paramsym.symmetry.Symmetry.reads`)."""
+        those it reads (:attr:`~paramsym.symmetry.Symmetry.reads`); for a shift by what it
+        reads, m keeps its moved components and loses Σ g_k (De_k)ᵀ m on the read ones, in
+        closed form (:func:`~paramsym.teleportation.read_shifts.carry_reads`)."""
         m = dict(covector)
         owned: set[str] = set()
         for s, g, after in moves:
@@ -207,6 +226,9 @@ class Orbit:
                     s.pull_back_in_place(m, inverse, owned)  # type: ignore[union-attr]
                 continue
             assert isinstance(s, Symmetry)
+            if shifts_by_reads(s):  # m_r ← m_r − Σ g_k (De_k)ᵀ m_m, closed form (read_shifts.py)
+                carry_reads(s, after, g, m, owned)
+                continue
             owned.clear()
             leaves = dict(after)
             leaves.update({k: after[k].detach().requires_grad_(True) for k in names})

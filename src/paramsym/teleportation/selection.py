@@ -27,10 +27,11 @@ def default_symmetries(
     norm's input scale invariance with eps > 0, only with ``allow_approximate``), without
     those that also move buffers (BatchNorm's scale invariance, which would move its running
     statistics, which teleport does not carry), those that move a frozen parameter
-    (``requires_grad=False``: it stays where it is), and the absorbed translations whose shift
-    depends on parameters they read (:attr:`~paramsym.symmetry.Symmetry.reads`: a norm's
-    β into its readers' biases, ...), whose ‖∇L‖ rate the gradient-transport path does not
-    compute yet: pass them in ``symmetries=`` to move along them (by Hessian-vector products)."""
+    (``requires_grad=False``: it stays where it is). The absorbed translations whose shift
+    depends on parameters they read (:attr:`~paramsym.symmetry.Symmetry.reads`: a norm's β
+    into its readers' biases, a LayerNorm reader's rows along γ⁻¹, ...) are in: they keep
+    the function exactly, and gradient transport carries ∇L along them exactly
+    (:mod:`~paramsym.teleportation.read_shifts`)."""
     from paramsym.symmetry.detect import symmetries
 
     frozen = frozen_parameters(model)
@@ -41,7 +42,7 @@ def default_symmetries(
         if s.dim > 0
         and (s.exact or allow_approximate)
         and not s.buffer_names
-        and not s.reads
+        and getattr(s, "default_teleport", True)
         and (s.moves_frozen or not frozen & set(s.parameter_names))
     ]
 

@@ -32,12 +32,24 @@ from paramsym.symmetry.graph.absorptions import (
     embedding_translations,
     norm_translations,
 )
+from paramsym.symmetry.graph.additive import (
+    parameter_sum_translations,
+    score_bias_translations,
+)
 from paramsym.symmetry.graph.attention_rules import attention_role, rotary_pairs
+from paramsym.symmetry.graph.batchnorm_absorptions import batchnorm_eval_symmetries
+from paramsym.symmetry.graph.decoders import decoder_symmetries
 from paramsym.symmetry.graph.facts import Family
 from paramsym.symmetry.graph.heads import head_permutations
+from paramsym.symmetry.graph.linear_streams import linear_stream_symmetries
+from paramsym.symmetry.graph.norm_rotations import norm_rotation_symmetries
+from paramsym.symmetry.graph.recurrent_absorptions import recurrent_bias_translations
 from paramsym.symmetry.graph.repeat import trace_repeated
+from paramsym.symmetry.graph.residual_shifts import residual_norm_shifts
+from paramsym.symmetry.graph.shears import stream_shears
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
 from paramsym.symmetry.graph.streams import mean_translations
+from paramsym.symmetry.graph.subspaces import subspace_reader_translations
 from paramsym.symmetry.graph.trace import TRACERS, TracedGraph, TraceError, trace_forward
 from paramsym.symmetry.graph.values import TensorValue
 from paramsym.symmetry.graph.walk import Walk, run
@@ -199,6 +211,15 @@ def analyse(
     found = symmetries_of(walk) + mean_translations(traced, unexplained)
     found += norm_translations(traced, unexplained) + embedding_translations(traced, unexplained)
     found += attention_bias_translations(traced, unexplained, found)
+    found += residual_norm_shifts(traced, unexplained)
+    found += parameter_sum_translations(traced, unexplained)
+    found += score_bias_translations(traced, unexplained)
+    found += subspace_reader_translations(traced, unexplained)
+    found += stream_shears(traced, unexplained) + norm_rotation_symmetries(traced, unexplained)
+    found += recurrent_bias_translations(traced, unexplained)
+    found += batchnorm_eval_symmetries(traced, unexplained, dict(model.named_buffers()))
+    found += linear_stream_symmetries(traced, unexplained, found)
+    found += decoder_symmetries(traced, unexplained, found)
     found += _translation(walk, loss_fn)
     return GraphAnalysis(found, dict(walk.facts.unexplained), traced.seconds, walk, notes)
 

@@ -4,9 +4,10 @@ Read off the aten graph (notes 006 §3), each only where every parameter it move
 op and understood by the walk (a tied or reused tensor would carry the move elsewhere):
 
 * **norm readers**: every linear map (``linear``; Hugging Face ``Conv1D``'s ``addmm``) that
-  reads a LayerNorm's output along its normalised axis (through dropout, casts and views that
-  keep that axis last) gets :class:`~paramsym.symmetry.absorption.NormReaderTranslation`; it
-  needs a bias where the norm has a shift β;
+  reads a LayerNorm's output along its normalised axis (through dropout, casts, views and
+  selections of tokens that keep that axis last: :mod:`.feature_axis`) gets
+  :class:`~paramsym.symmetry.absorption.NormReaderTranslation`; it needs a bias where the norm
+  has a shift β;
 * **β absorption**: a LayerNorm whose output only linear maps with biases read gets
   :class:`~paramsym.symmetry.absorption.BiasAbsorption` of its β into their biases;
 * **embedding sums**: tables looked up (``embedding``) and added, whatever else is added with
@@ -34,6 +35,7 @@ from paramsym.symmetry.absorption import (
 )
 from paramsym.symmetry.attention import QueryKeyGL, ValueOutputGL
 from paramsym.symmetry.base import Symmetry
+from paramsym.symmetry.graph.feature_axis import readers_along_last_axis
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
 
@@ -85,21 +87,28 @@ def _linear_parts(node: Node) -> tuple[Any, Any, Any, int] | None:
         return node.args[0], node.args[1], bias, 1
     if name == "addmm":  # Conv1D: bias + x @ W, W (in, out)
         return node.args[1], node.args[2], node.args[0], 0
+    if name in ("matmul", "mm") and len(node.args) == 2:  # x @ W.T (Falcon), x @ W
+        weight = node.args[1]
+        if isinstance(weight, Node) and weight.op == "placeholder":
+            return (node.args[0], weight, None, 0) if len(_shape(weight) or ()) == 2 else None
+        if (
+            isinstance(weight, Node)
+            and op_name(weight) in ("t", "numpy_T", "mT")
+            and len(weight.users) == 1
+            and isinstance(weight.args[0], Node)
+            and weight.args[0].op == "placeholder"
+            and len(_shape(weight.args[0]) or ()) == 2
+        ):
+            return node.args[0], weight.args[0], None, 1
     return None
 
 
 def _users_along_last_axis(node: Node) -> Iterator[tuple[Node, Node]]:
-    """(user, the node it reads) for every op reading ``node``'s values with its last axis kept
-    in place, through pass-through ops and views that keep the last axis; an op that does
-    anything else is yielded too (with the node it reads) so callers can refuse it."""
-    width = (_shape(node) or (None,))[-1]
-    for user in node.users:
-        name = op_name(user)
-        passes = name in _PASS and bool(user.args) and user.args[0] is node
-        if passes or (name in _VIEWS and (_shape(user) or (None,))[-1] == width):
-            yield from _users_along_last_axis(user)
-        else:
-            yield user, node
+    """(user, the node it reads) for every op reading ``node``'s vectors along its last axis,
+    through ops that only copy, select or rearrange the other axes (a pooler's ``select`` of
+    the first token, Swin's windows: :mod:`~paramsym.symmetry.graph.feature_axis`); an op that
+    does anything else is yielded too (with the node it reads) so callers can refuse it."""
+    return readers_along_last_axis(node)
 
 
 def norm_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[Symmetry]:

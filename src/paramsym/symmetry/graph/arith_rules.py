@@ -276,12 +276,14 @@ def reduction(walk: Walk, call: OpCall) -> Any:
 
 def _features_only(walk: Walk, call: OpCall, x: TensorValue) -> TensorValue:
     """Block members on the axes a pooling, padding or resampling op works along (the last
-    1, 2 or 3, from its name or its padding list); keep the others."""
-    if call.op in ("constant_pad_nd", "pad"):
-        spatial = len(call.args[1]) // 2
+    1, 2 or 3, from its name; for padding, the axes it pads by a nonzero amount: Swin pads
+    its feature axis by (0, 0)); keep the others."""
+    if call.op in ("constant_pad_nd", "pad"):  # (last left, last right, next left, ...)
+        pads = list(call.args[1])
+        moved = {a for a in x.axes if any(pads[2 * (x.ndim - 1 - a) : 2 * (x.ndim - a)])}
     else:
         spatial = next((int(d) for d in "123" if f"{d}d" in call.op), 2)
-    moved = {a for a in x.axes if a >= x.ndim - spatial}
+        moved = {a for a in x.axes if a >= x.ndim - spatial}
     for axis in moved:
         walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} works along it")
     return TensorValue(x.shape, {a: m for a, m in x.axes.items() if a not in moved})

@@ -297,3 +297,22 @@ def getitem(walk: Walk, call: OpCall) -> Any:
     if isinstance(container, (list, tuple)):
         return container[index]
     return blank(call.shape)
+
+
+@rule("roll")
+def roll(walk: Walk, call: OpCall) -> Any:
+    """Shifts positions along axes (Swin's shifted windows, ``torch.roll`` over the token grid):
+    features on other axes pass unchanged; a member on a rolled axis, or every member of a
+    roll of the flattened tensor (no ``dims``), is blocked."""
+    x = call.args[0]
+    if not isinstance(x, TensorValue):
+        return walk.fallback(call)
+    dims = call.arg(2, "dims", [])
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    rolled = {x.axis(int(d)) for d in dims} if dims else set(x.axes)
+    if not rolled & set(x.axes):
+        return x
+    for axis in rolled & set(x.axes):
+        walk.facts.block(x.axes[axis], ALL_FAMILIES, f"{call.where} rolls along it")
+    axes = {a: m for a, m in x.axes.items() if a not in rolled}
+    return TensorValue(x.shape, axes, _kept_heads(x, axes))

@@ -18,6 +18,9 @@ with its own rule:
   heads each by a single view, permute and unbind (timm's ViT attention);
 * ``head_chunk(x, chunk=c, heads=H)``: the same with the heads outermost, each head's
   q, k and v side by side, read by a view to (…, H, C, D) and a ``select`` per chunk (BLOOM);
+* ``grouped_heads(x, kv=K, group=G, chunk=…)``: a packed projection viewed as K groups of
+  G query heads, one key and one value head each, ``(…, K, G + 2, D)``, its queries sliced off
+  and flattened, its key and value selected (Falcon's new decoder architecture);
 * ``attention(q, k, v, masks)``: attention written by hand, ``softmax(q @ kᵀ · s + mask) @ v``
   with casts, dropout and masking (``add``, ``masked_fill``, ``where``) in between, read as
   ``scaled_dot_product_attention`` is; the scores may come from ``baddbmm(bias, q, kᵀ)`` and
@@ -508,7 +511,74 @@ def _head_chunk(node: Any, fusion: Fusion) -> None:
     )
 
 
-_FINDERS = (_rms_norm, _rotary, _repeat_heads, _attention, _packed_heads, _head_chunk)
+# -- heads grouped around their key/value head (Falcon's new decoder architecture) -----------
+
+
+def _grouped_layout(viewed: Any) -> tuple[Node, dict[str, Any], dict[Node, str], list[Node]] | None:
+    """``x.view(…, K, G + 2, D)`` of a packed projection ``x`` (…, K·(G + 2)·D) whose users
+    are exactly ``[…, :G, :]`` flattened to K·G query heads and the selects of entry G (the
+    key) and G + 1 (the value) of each group: (x, options, end node -> chunk, inner nodes)."""
+    shape = _shape(viewed)
+    if _name(viewed) not in _VIEWS or shape is None or len(shape) < 4 or shape[-2] < 3:
+        return None
+    kv, slots, d = shape[-3:]
+    k = len(shape) - 2  # the axis of the G + 2 entries of a group
+    views, source = [viewed], viewed.args[0]
+    while _name(source) in _VIEWS and len(source.users) == 1:
+        views.append(source)
+        source = source.args[0]
+    packed = _shape(source)
+    if packed is None or list(packed[:-1]) != list(shape[:-3]) or packed[-1] != kv * slots * d:
+        return None
+    ends: dict[Node, str] = {}
+    inner = list(views)
+    for user in viewed.users:
+        if _name(user) == "select" and _axis(viewed, user.args[1]) == k:
+            entry = int(user.args[2]) % slots
+            if entry < slots - 2:
+                return None
+            ends[user] = "key" if entry == slots - 2 else "value"
+        elif _name(user) == "slice" and _axis(viewed, user.args[1]) == k and len(user.users) == 1:
+            flat = next(iter(user.users))
+            stop = _bounds(user, slots)
+            dims = [_axis(user, a) for a in flat.args[1:3]] if len(flat.args) > 2 else []
+            if _name(flat) != "flatten" or stop != (0, slots - 2) or dims != [k - 1, k]:
+                return None
+            ends[flat] = "query"
+            inner.append(user)
+        else:
+            return None
+    if sorted(ends.values()) != ["key", "query", "value"]:
+        return None
+    return source, {"kv": kv, "group": slots - 2}, ends, inner
+
+
+def _grouped_heads(node: Any, fusion: Fusion) -> None:
+    """The queries, key and value of :func:`_grouped_layout` as ``grouped_heads(x, kv=K,
+    group=G, chunk=…)``."""
+    if _name(node) == "flatten" and _name(node.args[0]) == "slice":
+        viewed = node.args[0].args[0]
+    elif _name(node) == "select":
+        viewed = node.args[0]
+    else:
+        return
+    found = _grouped_layout(viewed)
+    if found is None or node not in found[2]:
+        return
+    source, options, ends, inner = found
+    fusion.skipped.update(n.name for n in inner)
+    fusion.calls[node.name] = Fused("grouped_heads", [source], {**options, "chunk": ends[node]})
+
+
+_FINDERS = (
+    _rms_norm,
+    _rotary,
+    _repeat_heads,
+    _attention,
+    _packed_heads,
+    _grouped_heads,
+    _head_chunk,
+)
 
 
 def fuse(graph: torch.fx.Graph) -> Fusion:

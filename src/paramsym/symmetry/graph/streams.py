@@ -27,17 +27,22 @@ from torch.fx import Node
 from torch.fx.node import Argument
 
 from paramsym.symmetry.base import Symmetry
+from paramsym.symmetry.graph.absorptions import _linear_parts
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
 from paramsym.symmetry.translation import StreamTranslation
 
-_PASS = frozenset({"add", "sub", "dropout", "clone", "contiguous", "to", "_to_copy", "alias",
-                   "detach"})  # fmt: skip
+_PASS = frozenset({"add", "add_", "sub", "dropout", "clone", "contiguous", "to", "_to_copy",
+                   "alias", "detach"})  # fmt: skip
+_SUMS = ("add", "add_", "sub")
+"""Ops adding their two operands (``add_``: in place, Falcon's ``mlp_output += attention``)."""
 _VIEWS = frozenset({"view", "reshape", "_unsafe_view"})
 _CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
 _WRITERS = {"linear": (1, 2, 0), "addmm": (2, 0, 1), "embedding": (0, None, 1),
+            "layer_norm": (None, 3, 0),
             **{name: (1, 2, 0) for name in _CONVOLUTIONS}}  # fmt: skip
-"""op -> (weight argument, bias argument, the weight's feature axis)."""
+"""op -> (weight argument, bias argument, the weight's feature axis); a LayerNorm writes its
+shift β (its scale γ multiplies, it does not add)."""
 
 
 def _shape(node: object) -> tuple[int, ...] | None:
@@ -56,7 +61,7 @@ def _sources(node: Any, axis: int) -> list[tuple[Node, int]] | None:
     if out is None:
         return None
     if name in _PASS:
-        operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
+        operands = node.args[:2] if name in _SUMS else node.args[:1]
         found: list[tuple[Node, int]] = []
         for operand in operands:
             shape = _shape(operand)
@@ -93,6 +98,11 @@ def _sources(node: Any, axis: int) -> list[tuple[Node, int]] | None:
     if name in ("transpose", "swapaxes"):
         a, b = (int(d) % len(shape) for d in node.args[1:3])
         return [(source, b if axis == a else a if axis == b else axis)]
+    if name == "roll":  # Swin's shifted windows move tokens, not features
+        dims = node.args[2] if len(node.args) > 2 else []
+        dims = dims if isinstance(dims, (list, tuple)) else [dims]
+        rolled = {int(d) % len(shape) for d in dims}
+        return [(source, axis)] if dims and axis not in rolled else None
     if name == "permute":
         return [(source, int(node.args[1][axis]) % len(shape))]
     if name == "expand":
@@ -110,7 +120,25 @@ def _writes(node: Any, axis: int, traced: TracedGraph) -> bool:
     if name in _CONVOLUTIONS:
         groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
         return axis == 1 and groups == 1
+    if name == "layer_norm" and not _feeds_only_streams(node):
+        return False  # a Post-LN block's norm, read by the next linear maps: a fixed input
+    if name in ("matmul", "mm"):  # x @ W.T with a parameter W (Falcon's linear maps)
+        return _linear_parts(node) is not None and axis == len(_shape(node) or ()) - 1
     return name in _WRITERS and axis == len(_shape(node) or ()) - 1
+
+
+def _feeds_only_streams(node: Node) -> bool:
+    """Whether every reader of ``node`` is a LayerNorm, a residual add or a pass-through op
+    whose readers are such (a LayerNorm's output that only the next stream carries: Swin's and
+    ViT's embedding norms)."""
+    for user in node.users:
+        name = op_name(user)
+        if name in _CHECKS or name in _SUMS or (name == "layer_norm" and user.args[0] is node):
+            continue
+        if name in _PASS and user.args[0] is node and _feeds_only_streams(user):
+            continue
+        return False
+    return True
 
 
 def _stream(
@@ -147,6 +175,53 @@ def _stream(
     return stream, writers
 
 
+def _moved(stream: dict[Node, int], writers: dict[Node, int], nodes: list[Node]) -> dict[Node, int]:
+    """The stream nodes a translation of the writers changes: writers, and nodes with an operand
+    that changes. A branch with no writer above it (a Post-LN block's residual, the output of
+    the previous LayerNorm, which its attention also reads) keeps its value, so its other
+    readers do not see the translation."""
+    moved: dict[Node, int] = {}
+    for node in nodes:  # graph order: operands first
+        if node not in stream:
+            continue
+        if node in writers or any(isinstance(a, Node) and a in moved for a in node.all_input_nodes):
+            moved[node] = stream[node]
+    return moved
+
+
+def _unexposed(
+    stream: dict[Node, int], writers: dict[Node, int], nodes: list[Node], live: set[Node]
+) -> tuple[dict[Node, int], dict[Node, int]]:
+    """The moved stream (:func:`_moved`) and its writers once the writers above every node
+    that something other than a LayerNorm reads are left out (kept fixed): ELECTRA's embedding
+    projection writes into the first block's residual stream, but its queries read it too, so
+    only the attention output may move the stream."""
+    while True:
+        moved = _moved(stream, writers, nodes)
+        exposed = [
+            n
+            for n in moved
+            if any(
+                u not in moved
+                and u in live
+                and op_name(u) not in _CHECKS
+                and not (op_name(u) == "layer_norm" and u.args[0] is n)
+                for u in n.users
+            )
+        ]
+        if not exposed:
+            return moved, writers
+        above: set[Node] = set()
+        frontier = list(exposed)
+        while frontier:
+            node = frontier.pop()
+            if node in above or node not in moved:
+                continue
+            above.add(node)
+            frontier.extend(node.all_input_nodes)
+        writers = {w: a for w, a in writers.items() if w not in above}
+
+
 def _components(stream: set[Node]) -> list[set[Node]]:
     parent = {n: n for n in stream}
 
@@ -158,7 +233,7 @@ def _components(stream: set[Node]) -> list[set[Node]]:
 
     for node in stream:
         for user in node.users:
-            if user in stream:
+            if user in stream and op_name(user) != "layer_norm":  # a norm's β starts a stream
                 parent[find(user)] = find(node)
     groups: dict[Node, set[Node]] = {}
     for node in stream:
@@ -170,10 +245,23 @@ _CHECKS = frozenset({"_assert_tensor_metadata", "_assert_scalar", "sym_size", "s
 """Ops that read a tensor's metadata only (``torch.export`` inserts them), not its values."""
 
 
-def _read_only_by_norms(component: set[Node]) -> bool:
+def _live(nodes: list[Node]) -> set[Node]:
+    """The nodes the graph's output depends on (Swin computes a reshaped copy of its hidden
+    states that it does not return)."""
+    live: set[Node] = set()
+    frontier = [n for n in nodes if n.op == "output"]
+    while frontier:
+        node = frontier.pop()
+        if node not in live:
+            live.add(node)
+            frontier.extend(node.all_input_nodes)
+    return live
+
+
+def _read_only_by_norms(component: set[Node], live: set[Node]) -> bool:
     for node in component:
         for user in node.users:
-            if user in component or op_name(user) in _CHECKS:
+            if user in component or op_name(user) in _CHECKS or user not in live:
                 continue
             if op_name(user) == "layer_norm" and user.args[0] is node:
                 continue
@@ -185,10 +273,12 @@ def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
     """The stream translations of the traced graph (module docstring)."""
     nodes = list(traced.graph.nodes)
     stream, writers = _stream(nodes, traced)
+    live = _live(nodes)
+    stream, writers = _unexposed(stream, writers, nodes, live)
     found: list[Symmetry] = []
     order = {n: i for i, n in enumerate(nodes)}
     for component in sorted(_components(set(stream)), key=lambda c: min(order[n] for n in c)):
-        if not _read_only_by_norms(component):
+        if not _read_only_by_norms(component, live):
             continue
         entries: list[tuple[str, int]] = []
         sizes: list[int] = []
@@ -224,7 +314,7 @@ def _closed(component: set[Node], written: set[Node], writers: dict[Node, int]) 
         if name == "cat":
             operands = tuple(cast(Sequence[Argument], node.args[0]))
         else:
-            operands = node.args[:2] if name in ("add", "sub") else node.args[:1]
+            operands = node.args[:2] if name in _SUMS else node.args[:1]
         if any(not isinstance(a, Node) or a not in component for a in operands):
             return False
     return True
@@ -252,9 +342,18 @@ def _writer_entries(
     bias: Argument
     if writer.op == "placeholder":
         weight, bias, feature_axis = writer, None, axis
+    elif op_name(writer) in ("matmul", "mm"):
+        parts = _linear_parts(writer)
+        if parts is None:
+            return []
+        weight, bias, feature_axis = parts[1], None, 1 - parts[3]
     else:
         weight_index, bias_index, feature_axis = _WRITERS[op_name(writer)]
-        weight = writer.args[weight_index] if len(writer.args) > weight_index else None
+        weight = (
+            writer.args[weight_index]
+            if weight_index is not None and len(writer.args) > weight_index
+            else None
+        )
         bias = (
             writer.args[bias_index]
             if bias_index is not None and len(writer.args) > bias_index
