@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
 from torch.fx import Node
 
 from paramsym.symmetry.absorption import (
@@ -251,6 +252,7 @@ def attention_bias_translations(
     params = _Params(traced, unexplained)
     out: list[Symmetry] = []
     bias_of = _output_biases(traced, params)
+    low_softmax = _softmax_below_float64(traced)
     for s in found:
         if type(s) is QueryKeyGL:
             keys = [slot for slot in s.slots if slot.power < 0 and _is_vector(params, slot.name)]
@@ -273,8 +275,33 @@ def attention_bias_translations(
                 continue
             source = Part(value.name, 0, value.offset or 0, value.length(s.width))
             site = s.name[s.name.index("[") + 1 : -1]
-            out.append(BiasAbsorption(source, readers, family="value_bias", site=site))
+            absorbed = BiasAbsorption(source, readers, family="value_bias", site=site)
+            if low_softmax:
+                # rows of a float32 softmax sum to one to float32 only: exact in exact
+                # arithmetic, kept by the model to about 1e-7 (BLOOM); out of the default teleport
+                absorbed.default_teleport = False  # type: ignore[attr-defined]
+            out.append(absorbed)
     return out
+
+
+def _softmax_below_float64(traced: TracedGraph) -> bool:
+    """Whether a float64 graph computes a softmax in a lower precision (BLOOM's
+    ``softmax(..., dtype=float32)``): its rows then sum to one only to that precision."""
+    for node in traced.graph.nodes:
+        if op_name(node) not in ("_softmax", "softmax"):
+            continue
+        dtype = getattr(node.meta.get("val"), "dtype", None)
+        if dtype in (torch.float32, torch.float16, torch.bfloat16):
+            return _graph_is_float64(traced)
+    return False
+
+
+def _graph_is_float64(traced: TracedGraph) -> bool:
+    for node in traced.graph.nodes:
+        if node.op == "placeholder" and node.name in traced.parameters:
+            value = node.meta.get("val")
+            return getattr(value, "dtype", None) == torch.float64
+    return False
 
 
 def _is_vector(params: _Params, name: str) -> bool:
