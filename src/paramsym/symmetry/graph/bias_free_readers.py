@@ -26,10 +26,9 @@ from paramsym.symmetry.absorption import Reader
 from paramsym.symmetry.attention import QueryKeyGL, ValueOutputGL
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.absorptions import (
-    _linear_parts,
+    _norm_readers,
     _output_biases,
     _Params,
-    _users_along_last_axis,
 )
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
@@ -98,27 +97,7 @@ def bias_free_reader_shifts(
 
 def _readers(node: Node, params: _Params, width: int) -> list[Reader]:
     """The linear maps reading the norm's output (bias ``None`` where they have none), or
-    nothing when anything else reads it or a weight or bias is used elsewhere."""
-    readers: list[Reader] = []
-    seen: set[Node] = set()
-    for user, source in _users_along_last_axis(node):
-        if user in seen:
-            continue
-        seen.add(user)
-        parts = _linear_parts(user)
-        if parts is None or parts[0] is not source:
-            return []
-        _, weight, bias, axis = parts
-        weight_name = params.movable(weight)
-        bias_name = params.movable(bias) if bias is not None else None
-        shape = params.shape(weight_name) if weight_name else None
-        if (
-            weight_name is None
-            or (bias is not None and bias_name is None)
-            or shape is None
-            or len(shape) != 2
-            or shape[axis] != width
-        ):
-            return []
-        readers.append(Reader(weight_name, axis, 0, bias_name))
-    return readers
+    nothing when anything else reads it or a weight or bias is used elsewhere (the walk of
+    :func:`~paramsym.symmetry.graph.absorptions._norm_readers`)."""
+    readers, _, only_linear = _norm_readers(node, params, width)
+    return readers if only_linear else []
