@@ -8,7 +8,8 @@ For each model (float64, eval mode, built once with seed 0), timed round-robin i
   principal angles (detection included, as a user calls it);
 * **recipe** (the peer): what a user writes with torch alone for the same yardstick on the
   same rows: ``torch.func.jacrev`` of the flattened outputs over the whole batch, then
-  ``torch.linalg.svdvals`` of J (the rank alone, no catalogue);
+  ``torch.linalg.svdvals`` of J (the rank alone, no catalogue), ``chunk_size`` 256 (as a user
+  must: unchunked it ran out of 24 GB);
 * **gradient**: one gradient of the summed outputs on the same batch (the unit the issue
   asks for: the audit as a multiple of a gradient).
 
@@ -71,6 +72,9 @@ def _mlp() -> tuple[nn.Module, Any]:
 
 
 MODELS = {"gpt2": _gpt2, "mlp": _mlp}
+RECIPE_CHUNK = 256
+"""Output rows per vmapped backward in the recipe's ``jacrev`` (unchunked, its vmap over
+17k rows of the GPT-2 model held activations for every row at once: 24 GB, killed)."""
 
 
 def _real(name: str) -> tuple[nn.Module, Any]:
@@ -152,7 +156,7 @@ def compare(name: str, repeats: int) -> dict[str, Any]:
             return ps.audit(model, example, points=1)
 
     def recipe() -> object:
-        jac = torch.func.jacrev(outputs)(point)
+        jac = torch.func.jacrev(outputs, chunk_size=RECIPE_CHUNK)(point)
         matrix = torch.cat([j.reshape(j.shape[0], -1) for j in jac.values()], dim=1)
         return torch.linalg.svdvals(matrix)
 

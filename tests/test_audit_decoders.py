@@ -72,11 +72,13 @@ def _hf(kind: str, model_class: str | None = None, **options: Any) -> nn.Module:
     return _perturbed(lambda: model(getattr(transformers, config_name)(**config)))
 
 
-def _falcon(new: bool) -> nn.Module:
+def _falcon(new: bool, bias: bool = False) -> nn.Module:
+    """``bias=True``: ``FalconLinear`` adds its bias after ``x @ W.T`` (its readers' biases and
+    the parallel block's two output biases are found through that add)."""
     config = transformers.FalconConfig(
         hidden_size=8, num_attention_heads=2, num_hidden_layers=1, vocab_size=VOCAB,
         new_decoder_architecture=new, num_kv_heads=1, ffn_hidden_size=8, bos_token_id=0,
-        eos_token_id=0,
+        eos_token_id=0, bias=bias,
     )  # fmt: skip
     return _perturbed(lambda: transformers.FalconModel(config))
 
@@ -113,6 +115,7 @@ BUILDERS = {
     "llama-lm": lambda: _hf("llama", "LlamaForCausalLM", tie_word_embeddings=True),
     "falcon": lambda: _falcon(False),
     "falcon-new": lambda: _falcon(True),
+    "falcon-bias": lambda: _falcon(False, bias=True),  # 35 missing before (issue 44)
     "gptneo": _gpt_neo,
     "gptneox": _gpt_neox,
 }

@@ -230,8 +230,9 @@ def test_softmax_cross_entropy_adds_the_last_layer_translation():
 
 def test_reused_layers_and_tied_weights_tie_permutations_and_block_the_rest():
     """One Linear applied twice: its rows and columns serve two feature spaces each, so a
-    permutation must act on all of them alike (one element); a rescaling would need c on one
-    use and 1/c on the other, so none is claimed."""
+    permutation or a rescaling must act on all of them alike (one element): the shared map
+    becomes D W D⁻¹ with b ↦ D b, the same in both calls (ReLU commutes with D > 0). A tied
+    weight read once as rows and once as columns (below) would need D = D⁻¹: no rescaling."""
 
     class Twice(nn.Module):
         def __init__(self):
@@ -245,7 +246,10 @@ def test_reused_layers_and_tied_weights_tie_permutations_and_block_the_rest():
     model = Twice()
     x = torch.randn(5, 3)
     found = ps.symmetries(model, example_input=x)
-    assert [(s.name, s.group) for s in found] == [("permutation[inp,shared->shared,out]", "S_4")]
+    assert [(s.name, s.group) for s in found] == [
+        ("rescaling[inp,shared->shared,out]", "(R>0)^4"),
+        ("permutation[inp,shared->shared,out]", "S_4"),
+    ]
     assert_exact_symmetries(model, x, found)
 
     class TiedAutoencoder(nn.Module):

@@ -66,7 +66,8 @@ def test_one_linear_used_twice_shares_its_permutation_and_keeps_the_model():
     weight = shared.weight
     x = torch.randn(5, 4)
     found = exact_ones_keep_the_output(model, x)
-    assert [s.name for s in found] == ["permutation[0,2->2,6]"]
+    # one element for both uses: the shared map becomes D W D⁻¹ (ReLU commutes with D > 0)
+    assert [s.name for s in found] == ["rescaling[0,2->2,6]", "permutation[0,2->2,6]"]
     assert shared.weight is weight  # the analyses gave the module its own parameter back
     ps.functional_call(model, {k: 2 * v for k, v in ps.params_of(model).items()}, x)
     assert shared.weight is weight

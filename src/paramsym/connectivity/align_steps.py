@@ -7,7 +7,9 @@ others (:mod:`paramsym.connectivity.alignment` alternates them).
 * :func:`assignment_step`: a permutation group by linear assignment on a cost matrix, plain
   rows (:func:`permutation_cost`) or, for heads, the circuits their own maps leave unchanged
   (:func:`head_cost`);
-* :func:`scaling_step`: per-unit positive scales from a quartic per unit.
+* :func:`scaling_step`: per-unit positive scales from a quartic per unit;
+* :func:`translation_step`: a translation (or a shift by amounts that tensors it leaves fixed
+  decide: a norm's readers) by least squares.
 
 B is a dict of the aligned model's own tensors, moved in place (:func:`assign`).
 """
@@ -24,7 +26,7 @@ from torch import Tensor
 from paramsym.core.assignment import max_assignment
 from paramsym.core.params import Params
 from paramsym.errors import InvalidArgumentError
-from paramsym.symmetry.base import Slot
+from paramsym.symmetry.base import Slot, Symmetry
 from paramsym.symmetry.discrete import NeuronPermutation
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
 from paramsym.symmetry.rotary import RotaryQueryKey
@@ -258,3 +260,50 @@ def assignment_step(p: NeuronPermutation, cost: Tensor, b: Params) -> bool:
     index = torch.as_tensor(columns, device=b[p.slots[0].name].device)
     assign(b, p.act({k: b[k] for k in p.parameter_names}, index))
     return True
+
+
+def translation_step(s: Symmetry, a: Mapping[str, Tensor], b: Params) -> None:
+    """B ← B + E t with t = argmin ‖θ_A − θ_B − E t‖² over the tensors ``s`` moves, E its
+    tangents at B. ``s`` is a translation or a shift by amounts its :attr:`reads` decide and it
+    leaves fixed (:attr:`~paramsym.symmetry.Symmetry.shifts_by_reads`), so E is the same all
+    along the group and one step is exact: act(θ_B, exp t) = θ_B + E t. The normal equations
+    EᵀE t = Eᵀ(θ_A − θ_B) are solved by conjugate gradients, E ξ by the tangent (linear in ξ)
+    and Eᵀ v by its reverse-mode derivative, in float64; E is never formed (a norm reader's
+    has a column per reader row)."""
+    moved = [k for k in s.parameter_names if k in b]
+    own = {k: b[k].double() for k in (*s.parameter_names, *s.reads) if k in b}
+    residual = {k: a[k].double() - own[k] for k in moved}
+
+    def forward(xi: Tensor) -> dict[str, Tensor]:
+        tangent = s.tangent(own, xi)
+        return {k: tangent[k] for k in moved if k in tangent}
+
+    def adjoint(v: Mapping[str, Tensor]) -> Tensor:
+        xi = torch.zeros(s.dim, dtype=torch.float64, requires_grad=True)
+        with torch.enable_grad():
+            out = forward(xi)
+            pairing = sum((out[k] * v[k]).sum() for k in out)
+            if not isinstance(pairing, Tensor) or not pairing.requires_grad:
+                return torch.zeros(s.dim, dtype=torch.float64)
+            (grad,) = torch.autograd.grad(pairing, xi)
+        return grad
+
+    rhs = adjoint(residual)
+    t = torch.zeros_like(rhs)
+    r, p = rhs.clone(), rhs.clone()
+    rr = float(r @ r)
+    limit = 1e-28 * max(rr, 1e-300)
+    for _ in range(min(s.dim, 200)):
+        if rr <= limit:
+            break
+        q = adjoint(forward(p))
+        step = rr / float(p @ q)
+        t, r = t + step * p, r - step * q
+        rr, previous = float(r @ r), rr
+        p = r + (rr / previous) * p
+    if not bool(torch.isfinite(t).all()) or not bool(t.abs().max() > 0):
+        return
+    moved_b = {k: b[k] for k in (*s.parameter_names, *s.reads) if k in b}
+    reference = b[moved[0]]
+    assign(b, {k: v for k, v in s.act(moved_b, s.exp(t.to(reference.dtype))).items()
+               if k in moved})  # fmt: skip

@@ -14,6 +14,9 @@ residual stream's orthogonal group):
 * unit permutations (FFN units, conv channels) and head permutations (whole heads, query heads
   within a key/value group, whole key/value groups): one linear assignment per group
   (:func:`paramsym.core.assignment.max_assignment`, exact);
+* translations and shifts by read amounts (a LayerNorm's readers, absorbed biases, summed
+  embedding tables, the stream's mean: notes 006), θ_B + E t with E the same all along the
+  group: t by least squares (:func:`~paramsym.connectivity.align_steps.translation_step`);
 * the matrix groups — per-head query–key and value–output maps, RoPE's per-pair rotations, the
   stream's orthogonal group — restricted to their orthogonal elements, for which ‖g·θ_B‖ is
   constant and the best element given the others is an orthogonal Procrustes problem:
@@ -74,7 +77,7 @@ class AlignResult:
         history: the distance after each sweep.
         sweeps: sweeps run.
         groups: group kind → number of groups moved along (``"permutation"``, ``"heads"``,
-            ``"orthogonal"``, ``"rotary"``).
+            ``"orthogonal"``, ``"rotary"``, ``"scaling"``, ``"translation"``).
         method: ``"weights"`` or ``"activations"``.
         by_weights: (``method="activations"``) groups aligned by their weights, for want of
             an activation site.
@@ -130,6 +133,20 @@ def _scalings(found: Sequence[Symmetry]) -> list[PositiveScaling]:
         and s.preserves == "function"
         and s.per_neuron
         and all(t.power in (1.0, -1.0) and t.block == 1 for t in s.slots)
+    ]
+
+
+def _translations(found: Sequence[Symmetry]) -> list[Symmetry]:
+    """The exact translations and shifts by read amounts (absorbed biases, a norm's readers,
+    summed embeddings, the stream's mean: notes 006), which
+    :func:`~paramsym.connectivity.align_steps.translation_step` solves by least squares."""
+    return [
+        s
+        for s in found
+        if s.exact
+        and s.preserves == "function"
+        and s.dim > 0
+        and (s.translation or s.shifts_by_reads)
     ]
 
 
@@ -266,6 +283,7 @@ def align(
     found = symmetries(model_b, example_input=example_input)
     perms, matrices = _selected(found, groups)
     scalings = _scalings(found) if groups == "all" else []
+    translations = _translations(found) if groups == "all" else []
     if not perms and not matrices:
         raise UnsupportedModuleError(
             f"align: found no permutation or matrix group on {type(user_b).__name__} (the trace "
@@ -301,6 +319,8 @@ def align(
                 steps.scaling_step(c, a, b)
             for s in local:
                 steps.procrustes_step(s, a, b, s.slots)
+            for t in translations:
+                steps.translation_step(t, a, b)
             history.append(distance())
             if history[-2] ** 2 - history[-1] ** 2 <= tolerance * history[0] ** 2:
                 break
@@ -311,6 +331,9 @@ def align(
         for c in scalings:  # a unit's scale has no activation statistic to match: by weights
             steps.scaling_step(c, a, b)
             by_weights.append(c.name)
+        for t in translations:  # nor has a translation
+            steps.translation_step(t, a, b)
+            by_weights.append(t.name)
         history.append(distance())
     aligned = model_b  # moved in place through ``b``
     kinds: dict[str, int] = {}
@@ -327,6 +350,8 @@ def align(
             else "permutation"
         )
         kinds[kind] = kinds.get(kind, 0) + 1
+    if translations:
+        kinds["translation"] = len(translations)
     return AlignResult(
         model=aligned,
         reference=model_a,
@@ -339,7 +364,7 @@ def align(
         by_weights=by_weights,
         output_change=output_change(user_b, aligned, example_input),
         seconds=time.perf_counter() - start,
-        symmetries=[*perms, *matrices, *scalings],
+        symmetries=[*perms, *matrices, *scalings, *translations],
         original=user_b,
         example_input=example_input,
     )

@@ -46,6 +46,7 @@ from paramsym.symmetry.graph.norm_rotations import norm_rotation_symmetries
 from paramsym.symmetry.graph.recurrent_absorptions import recurrent_bias_translations
 from paramsym.symmetry.graph.repeat import trace_repeated
 from paramsym.symmetry.graph.residual_shifts import residual_norm_shifts
+from paramsym.symmetry.graph.shared_calls import SiteFinder, shared_call_symmetries
 from paramsym.symmetry.graph.shears import stream_shears
 from paramsym.symmetry.graph.solve import Class, build, classes, conflicts, slots_of, valid
 from paramsym.symmetry.graph.streams import mean_translations
@@ -109,7 +110,11 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
     for family in _SEARCH:
         family_classes = classes(facts, family)
         conflicted = conflicts(family_classes)
-        usable = {id(c) for c in family_classes if valid(c, facts.unexplained, conflicted)}
+        usable = {
+            id(c)
+            for c in family_classes
+            if valid(c, facts.unexplained, conflicted, facts.pinned)
+        }
         for cls in family_classes:
             if id(cls) not in usable:
                 continue
@@ -208,16 +213,27 @@ def analyse(
     traced, notes = _quiet_trace(model, example_input, tracers, repeat_blocks)
     walk = run(traced)
     unexplained = walk.facts.unexplained
-    found = symmetries_of(walk) + mean_translations(traced, unexplained)
-    found += norm_translations(traced, unexplained) + embedding_translations(traced, unexplained)
+    found = symmetries_of(walk)
+    buffers = dict(model.named_buffers())
+    site_finders: list[SiteFinder] = [
+        mean_translations,
+        norm_translations,
+        embedding_translations,
+        residual_norm_shifts,
+        parameter_sum_translations,
+        score_bias_translations,
+        subspace_reader_translations,
+        stream_shears,
+        norm_rotation_symmetries,
+        recurrent_bias_translations,
+        lambda t, u: batchnorm_eval_symmetries(t, u, buffers),
+    ]
+    found += [s for finder in site_finders[:3] for s in finder(traced, unexplained)]
     found += attention_bias_translations(traced, unexplained, found)
-    found += residual_norm_shifts(traced, unexplained)
-    found += parameter_sum_translations(traced, unexplained)
-    found += score_bias_translations(traced, unexplained)
-    found += subspace_reader_translations(traced, unexplained)
-    found += stream_shears(traced, unexplained) + norm_rotation_symmetries(traced, unexplained)
-    found += recurrent_bias_translations(traced, unexplained)
-    found += batchnorm_eval_symmetries(traced, unexplained, dict(model.named_buffers()))
+    found += [s for finder in site_finders[3:] for s in finder(traced, unexplained)]
+    found += shared_call_symmetries(
+        traced, unexplained, found, site_finders, [attention_bias_translations]
+    )
     found += linear_stream_symmetries(traced, unexplained, found)
     found += decoder_symmetries(traced, unexplained, found)
     found += _translation(walk, loss_fn)

@@ -21,7 +21,7 @@ op and understood by the walk (a tied or reused tensor would carry the move else
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ from paramsym.symmetry.absorption import (
 from paramsym.symmetry.attention import QueryKeyGL, ValueOutputGL
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.feature_axis import readers_along_last_axis
+from paramsym.symmetry.graph.shared_calls import SHARED_USES
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
 
@@ -71,9 +72,13 @@ class _Params:
 
     def movable(self, node: Any) -> str | None:
         """The parameter ``node`` holds when only one op uses it (so moving it moves nothing
-        else), else ``None``."""
+        else), else ``None``; any number of ops while
+        :data:`~paramsym.symmetry.graph.shared_calls.SHARED_USES` is set (a layer applied
+        several times, whose sites :mod:`~paramsym.symmetry.graph.shared_calls` counts)."""
         name = self.name(node)
-        return name if name is not None and len(node.users) == 1 else None
+        if name is None:
+            return None
+        return name if len(node.users) == 1 or SHARED_USES.get() else None
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         node = self.nodes.get(name)
@@ -104,12 +109,36 @@ def _linear_parts(node: Node) -> tuple[Any, Any, Any, int] | None:
     return None
 
 
-def _users_along_last_axis(node: Node) -> Iterator[tuple[Node, Node]]:
-    """(user, the node it reads) for every op reading ``node``'s vectors along its last axis,
-    through ops that only copy, select or rearrange the other axes (a pooler's ``select`` of
-    the first token, Swin's windows: :mod:`~paramsym.symmetry.graph.feature_axis`); an op that
-    does anything else is yielded too (with the node it reads) so callers can refuse it."""
-    return readers_along_last_axis(node)
+def _linear_with_bias(node: Node) -> tuple[Any, Any, Any, int] | None:
+    """:func:`_linear_parts`, with the bias a product ``x @ Wᵀ`` has added as the one use of
+    its value (Falcon's ``FalconLinear``) for the families that move a map's weight and bias
+    together (a norm's readers, a value bias's absorber); the families that follow the map's
+    output take the product alone, the added bias being a term of its own there."""
+    parts = _linear_parts(node)
+    if parts is None or parts[2] is not None or op_name(node) not in ("matmul", "mm"):
+        return parts
+    return parts[0], parts[1], _added_bias(node), parts[3]
+
+
+def _added_bias(node: Node) -> Node | None:
+    """The vector parameter added to a product ``x @ W`` as its one use (Falcon's
+    ``FalconLinear``: ``x @ W.T + b``), else ``None``."""
+    if len(node.users) != 1:
+        return None
+    (user,) = node.users
+    if op_name(user) not in ("add", "add_") or len(user.args) != 2 or user.kwargs.get("alpha"):
+        return None
+    other = user.args[1] if user.args[0] is node else user.args[0]
+    out = _shape(node)
+    if (
+        isinstance(other, Node)
+        and other.op == "placeholder"
+        and out
+        and _shape(other) == (out[-1],)
+        and _shape(user) == out
+    ):
+        return other
+    return None
 
 
 def norm_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[Symmetry]:
@@ -127,7 +156,7 @@ def norm_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
         gamma_name, beta_name = params.name(gamma), params.name(beta)
         if (gamma is not None and gamma_name is None) or (beta is not None and beta_name is None):
             continue  # a scale or shift that is not a parameter the walk understood
-        readers, outputs, everything_linear = _norm_readers(node, params, width)
+        readers, outputs, everything_linear = linear_readers(node, params, width)
         site = (gamma_name or beta_name or node.name).rpartition(".")[0] or node.name
         usable = [(r, o) for r, o in zip(readers, outputs, strict=True)
                   if r.bias is not None or beta_name is None]  # fmt: skip
@@ -154,28 +183,35 @@ def norm_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
     return found
 
 
-def _norm_readers(node: Node, params: _Params, width: int) -> tuple[list[Reader], list[int], bool]:
-    """The linear maps reading a LayerNorm's output whose weight and bias only they use (each
-    once), their output sizes, and whether nothing but such maps reads the output."""
+def linear_readers(
+    node: Node, params: _Params, width: int, *, bias_moves: bool = True
+) -> tuple[list[Reader], list[int], bool]:
+    """The linear maps reading ``node``'s vectors as their whole input along the last axis
+    (``width`` features), followed through the ops of
+    :mod:`~paramsym.symmetry.graph.feature_axis` (a pooler's ``select``, Swin's windows),
+    whose weight (and bias, when ``bias_moves``) only they use; their output sizes; and
+    whether nothing but such maps reads ``node``. Shared by every family that moves a
+    norm's or a map's readers (norm readers, β absorptions, offset-norm scalings, span
+    readers, bias-free readers)."""
     readers: list[Reader] = []
     outputs: list[int] = []
     only_linear = True
     seen: set[Node] = set()
-    for user, source in _users_along_last_axis(node):
+    for user, source in readers_along_last_axis(node):
         if user in seen:
             continue
         seen.add(user)
-        parts = _linear_parts(user)
+        parts = _linear_with_bias(user)
         if parts is None or parts[0] is not source:
             only_linear = False
             continue
         _, weight, bias, axis = parts
         weight_name = params.movable(weight)
-        bias_name = params.movable(bias) if bias is not None else None
+        bias_name = params.movable(bias) if bias is not None and bias_moves else None
         shape = params.shape(weight_name) if weight_name else None
         if (
             weight_name is None
-            or (bias is not None and bias_name is None)
+            or (bias_moves and bias is not None and bias_name is None)
             or shape is None
             or len(shape) != 2
             or shape[axis] != width
@@ -313,7 +349,7 @@ def _output_biases(traced: TracedGraph, params: _Params) -> dict[str, str]:
     """weight -> the bias of the one linear map using it, where that bias is used only there."""
     found: dict[str, str] = {}
     for node in traced.graph.nodes:
-        parts = _linear_parts(node)
+        parts = _linear_with_bias(node)
         if parts is None or parts[2] is None:
             continue
         weight, bias = params.name(parts[1]), params.movable(parts[2])

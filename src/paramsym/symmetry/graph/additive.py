@@ -65,7 +65,7 @@ def parameter_sum_translations(traced: TracedGraph, unexplained: dict[str, str])
     params = _Params(traced, unexplained)
     tops: dict[Node, None] = {}
     for node in traced.graph.nodes:
-        if op_name(node) == "add":
+        if is_sum_add(node):
             top = node
             while len(top.users) == 1 and _interior(next(iter(top.users))):
                 top = next(iter(top.users))
@@ -76,13 +76,21 @@ def parameter_sum_translations(traced: TracedGraph, unexplained: dict[str, str])
     return found
 
 
+def is_sum_add(node: Any) -> bool:
+    """Whether ``node`` adds its two operands: ``add`` (α = 1), or ``add_`` onto a value used
+    nowhere else (Falcon's ``mlp_output += attention_output``)."""
+    if not isinstance(node, Node) or len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        return False
+    if op_name(node) == "add_":
+        first = node.args[0]
+        return isinstance(first, Node) and len(first.users) == 1
+    return op_name(node) == "add"
+
+
 def _interior(node: Node) -> bool:
-    name = op_name(node)
-    if name == "add":
-        return len(node.args) == 2 and bool(node.kwargs.get("alpha", 1) == 1)
-    if name == "cat":
+    if is_sum_add(node) or op_name(node) == "cat":
         return True
-    return name in _LAYOUT
+    return op_name(node) in _LAYOUT
 
 
 def _sum_translations(top: Node, params: _Params) -> list[Symmetry]:
@@ -131,7 +139,7 @@ def _collect(
     if _interior(node):
         interior.append(node)
         name = op_name(node)
-        operands = node.args[0] if name == "cat" else node.args[: 2 if name == "add" else 1]
+        operands = node.args[0] if name == "cat" else node.args[: 2 if is_sum_add(node) else 1]
         for operand in operands:  # type: ignore[union-attr]
             if (
                 isinstance(operand, Node)
@@ -216,8 +224,10 @@ def _run(
 
     out = None
     for node in interior:
+        # an in-place add on the indicator tensors would change a term's marker: added afresh
+        target = torch.add if op_name(node) == "add_" else node.target
         try:
-            out = node.target(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})  # type: ignore[operator]
+            out = target(*value(node.args), **{k: value(v) for k, v in node.kwargs.items()})  # type: ignore[operator]
         except (RuntimeError, TypeError, KeyError):
             return None
         if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float64:

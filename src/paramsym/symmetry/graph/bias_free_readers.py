@@ -26,9 +26,9 @@ from paramsym.symmetry.absorption import Reader
 from paramsym.symmetry.attention import QueryKeyGL, ValueOutputGL
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.absorptions import (
-    _norm_readers,
     _output_biases,
     _Params,
+    linear_readers,
 )
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
@@ -98,6 +98,6 @@ def bias_free_reader_shifts(
 def _readers(node: Node, params: _Params, width: int) -> list[Reader]:
     """The linear maps reading the norm's output (bias ``None`` where they have none), or
     nothing when anything else reads it or a weight or bias is used elsewhere (the walk of
-    :func:`~paramsym.symmetry.graph.absorptions._norm_readers`)."""
-    readers, _, only_linear = _norm_readers(node, params, width)
+    :func:`~paramsym.symmetry.graph.absorptions.linear_readers`)."""
+    readers, _, only_linear = linear_readers(node, params, width)
     return readers if only_linear else []

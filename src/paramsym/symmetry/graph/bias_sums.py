@@ -26,18 +26,10 @@ from torch.fx import Node
 from paramsym.symmetry.absorption import ParameterTranslation, Part
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.absorptions import _linear_parts, _Params
+from paramsym.symmetry.graph.additive import is_sum_add
 from paramsym.symmetry.graph.feature_axis import PASS, VIEWS, shape_of
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
-
-
-def _is_add(node: Any) -> bool:
-    if not isinstance(node, Node) or len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
-        return False
-    if op_name(node) == "add_":  # in place (Falcon's mlp_output += attention_output)
-        first = node.args[0]
-        return isinstance(first, Node) and len(first.users) == 1
-    return op_name(node) == "add"
 
 
 def bias_sum_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[Symmetry]:
@@ -45,9 +37,9 @@ def bias_sum_translations(traced: TracedGraph, unexplained: dict[str, str]) -> l
     params = _Params(traced, unexplained)
     tops: dict[Node, None] = {}
     for node in traced.graph.nodes:
-        if _is_add(node):
+        if is_sum_add(node):
             top = node
-            while len(top.users) == 1 and _is_add(next(iter(top.users))):
+            while len(top.users) == 1 and is_sum_add(next(iter(top.users))):
                 top = next(iter(top.users))
             tops.setdefault(top)
     found: list[Symmetry] = []
@@ -74,7 +66,7 @@ def _terms(node: Node, terms: list[Any]) -> None:
     """The operands of the chain of adds ending at ``node`` that are not themselves partial
     sums read only by the chain."""
     for operand in node.args[:2]:
-        if isinstance(operand, Node) and _is_add(operand) and len(operand.users) == 1:
+        if isinstance(operand, Node) and is_sum_add(operand) and len(operand.users) == 1:
             _terms(operand, terms)
         else:
             terms.append(operand)

@@ -109,6 +109,9 @@ class Link:
     families: frozenset[Family]
     ratio: float = 1.0
     dual: bool = False
+    tie: bool = False
+    """One parameter region read in both spaces (:func:`~.solve.family_links`): it joins their
+    classes, but does not make a fixed space (an input) movable."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,9 @@ class Facts:
     attention: list[Attention] = field(default_factory=list)
     rotary: list[Rotary] = field(default_factory=list)
     unexplained: dict[str, str] = field(default_factory=dict)  # parameter -> why
+    pinned: set[tuple[str, int]] = field(default_factory=set)
+    """(parameter, axis) read along that axis by an op whose input no group moves (a linear
+    map on the model's input): no class may move the parameter along it."""
 
     def new_space(
         self, width: int, module: str, sources: frozenset[Family] = frozenset()

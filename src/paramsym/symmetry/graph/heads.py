@@ -65,11 +65,13 @@ class _Producers:
                 self.incoming[link.b.space].append(link)
 
     def sources(self, piece: Range, depth: int = 0) -> list[Range] | None:
-        """The source ranges ``piece`` comes from, or None when part of it has none."""
+        """The source ranges ``piece`` comes from, with the ranges on the way that parameters
+        are added to as vectors (a bias added after ``x @ Wᵀ``, Falcon's), or None when part
+        of it has none."""
         space, start, stop = piece
         if self.facts.spaces[space].sources or depth > 64:
             return [piece] if self.facts.spaces[space].sources else None
-        found: list[Range] = []
+        found: list[Range] = [piece] if self._added(piece) else []
         position = start
         for link in sorted(self.incoming.get(space, []), key=lambda k: k.b.start):
             lo, hi = max(position, link.b.start), min(stop, link.b.stop)
@@ -82,6 +84,19 @@ class _Producers:
             found += upstream
             position = hi
         return _merged(found) if position >= stop else None
+
+    def _added(self, piece: Range) -> bool:
+        """Whether parameters attach to ``piece`` only as vectors covering it whole."""
+        space, start, stop = piece
+        overlapping = [
+            a
+            for a in self.facts.attaches
+            if a.member.space == space and a.member.start < stop and start < a.member.stop
+        ]
+        return bool(overlapping) and all(
+            a.law is Law.VECTOR and a.member.start <= start and stop <= a.member.stop
+            for a in overlapping
+        )
 
     def entries(self, pieces: list[Range], laws: tuple[Law, ...]) -> list[Entry] | None:
         """The parameter regions of ``pieces`` (attaches of ``laws``), or None when a piece

@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch.fx import Node
 
 from paramsym.symmetry.base import Slot, Symmetry
-from paramsym.symmetry.graph.absorptions import _linear_parts, _Params, _users_along_last_axis
+from paramsym.symmetry.graph.absorptions import _Params, linear_readers
 from paramsym.symmetry.graph.patterns import fuse
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.offset_scaling import OffsetNormScaling
@@ -43,20 +43,6 @@ def offset_norm_scalings(traced: TracedGraph, unexplained: dict[str, str]) -> li
 
 def _readers(node: Node, params: _Params, width: int) -> list[Slot]:
     """The readers' weights as slots on their input axis, or nothing when anything but such a
-    linear map reads ``node``'s output."""
-    slots: list[Slot] = []
-    seen: set[Node] = set()
-    for user, source in _users_along_last_axis(node):
-        if user in seen:
-            continue
-        seen.add(user)
-        parts = _linear_parts(user)
-        if parts is None or parts[0] is not source:
-            return []
-        _, weight, _, axis = parts
-        weight_name = params.movable(weight)
-        shape = params.shape(weight_name) if weight_name else None
-        if weight_name is None or shape is None or len(shape) != 2 or shape[axis] != width:
-            return []
-        slots.append(Slot(weight_name, axis, -1.0))
-    return slots
+    linear map reads ``node``'s output (their biases stay: the scale acts on the input)."""
+    readers, _, only_linear = linear_readers(node, params, width, bias_moves=False)
+    return [Slot(r.weight, r.axis, -1.0) for r in readers] if only_linear else []

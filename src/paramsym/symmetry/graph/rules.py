@@ -193,6 +193,10 @@ def linear_map(
     member = x.axes.get(x_axis)
     if member is not None:
         facts.attach(member, weight.name, w_in, Law.COVECTOR, block=member.block)
+    else:
+        # a fixed input (the model's): its columns stay put, which a class moving them
+        # through another call of the same map (a layer applied twice) must respect
+        facts.pinned.add((weight.name, w_in))
     width = out_shape[out_axis]
     out = facts.new_space(width, call.module, ALL_FAMILIES)
     facts.attach(out, weight.name, w_out, Law.VECTOR)

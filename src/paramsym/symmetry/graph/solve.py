@@ -97,26 +97,30 @@ class _UnionFind:
 
 
 _TIEABLE = (Family.PERMUTATION, Family.SIGN)
-"""Families in which one parameter region read by two ops ties their features together: a
-permutation or sign flip transforms rows and columns alike (P T = T Pᵀ re-indexing, s T =
-T s⁻¹), so a weight used twice (tied embeddings, a reused layer) constrains the two feature
-spaces to one element. Rescaling (c vs 1/c) and GL (g vs g⁻ᵀ) cannot be tied this way; there
-the shared region is a conflict and both classes are dropped."""
+"""Families in which one parameter region read by two ops ties their features together
+whatever the two reads are: a permutation or sign flip transforms rows and columns alike
+(P T = T Pᵀ re-indexing, s T = T s⁻¹), so a weight used twice (tied embeddings, a reused
+layer) constrains the two feature spaces to one element. In rescaling and the matrix groups
+(c vs 1/c, g vs g⁻ᵀ) a region ties two spaces only where both ops read it alike (the same
+law: a layer applied twice, as ALBERT's shared layers are, moves its weight once for both
+calls); a region read once as a vector and once as a covector (a tied embedding's table
+against the LM head) is a conflict there, and both classes are dropped."""
 
 
 def family_links(facts: Facts, family: Family) -> list[Link]:
-    """The links of ``family``, with the ties of shared parameter regions where it allows."""
+    """The links of ``family``, with the ties of shared parameter regions where it allows
+    (:data:`_TIEABLE`)."""
     links = [link for link in facts.links if family in link.families]
-    if family not in _TIEABLE:
-        return links
-    first: dict[tuple[str, int, int, int, int], Member] = {}
+    first: dict[tuple[str, int, int, int, int], Attach] = {}
     for attach in facts.attaches:
         if family not in attach.families or attach.law in (Law.SQUARE, Law.INVARIANT):
             continue
         key = (attach.name, attach.axis, attach.offset, attach.block, attach.member.width)
-        other = first.setdefault(key, attach.member)
-        if other != attach.member:
-            links.append(Link(other, attach.member, frozenset({family})))
+        other = first.setdefault(key, attach)
+        if other.member == attach.member:
+            continue
+        if family in _TIEABLE or other.law is attach.law:
+            links.append(Link(other.member, attach.member, frozenset({family}), tie=True))
     return links
 
 
@@ -185,7 +189,8 @@ def classes(facts: Facts, family: Family) -> list[Class]:
             uf.find((space, a, b))
     linked: set[int] = set()
     for link in links:
-        linked.add(link.b.space)
+        if not link.tie:
+            linked.add(link.b.space)
         ratio = _ratio(link, family)
         for (s, a, b), (t, c, d) in zip(
             _atoms_in(cuts, link.a), _atoms_in(cuts, link.b), strict=True
@@ -298,9 +303,16 @@ def site(cls: Class, producers: list[str]) -> str:
     return f"{label}->{_join(readers)}" if readers else label
 
 
-def valid(cls: Class, unexplained: dict[str, str], conflicted: set[int]) -> bool:
-    """Step 4 of the module docstring, for one class."""
+def valid(
+    cls: Class,
+    unexplained: dict[str, str],
+    conflicted: set[int],
+    pinned: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset(),
+) -> bool:
+    """Step 4 of the module docstring, for one class (``pinned``: :attr:`Facts.pinned`)."""
     if cls.blocked or id(cls) in conflicted:
+        return False
+    if any((attach.name, attach.axis) in pinned for _, attach in cls.attaches):
         return False
     if not any(a.law is Law.VECTOR for _, a in cls.attaches):
         return False

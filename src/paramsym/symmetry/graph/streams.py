@@ -28,6 +28,7 @@ from torch.fx.node import Argument
 
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.graph.absorptions import _linear_parts
+from paramsym.symmetry.graph.shared_calls import SHARED_USES
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
 from paramsym.symmetry.translation import StreamTranslation
@@ -286,6 +287,12 @@ def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
         written: set[Node] = set()
         for writer in sorted(component & writers.keys(), key=order.__getitem__):
             found_entries = _writer_entries(traced, writer, writers[writer], unexplained)
+            if SHARED_USES.get():
+                # a writer applied in several calls moves once for all of them: its own
+                # translation, counted over its sites by shared_calls
+                if found_entries and _reused(traced, writer):
+                    found.append(_single_writer(traced, component, nodes, found_entries))
+                continue
             if found_entries:
                 written.add(writer)
                 for name, axis, size in found_entries:
@@ -300,6 +307,30 @@ def mean_translations(traced: TracedGraph, unexplained: dict[str, str]) -> list[
                 StreamTranslation(entries, sizes, site=site, readers=readers, closed=closed)
             )
     return found
+
+
+def _reused(traced: TracedGraph, writer: Node) -> bool:
+    """Whether a parameter ``writer`` writes with is read by more than one op."""
+    return any(
+        isinstance(a, Node) and a.name in traced.parameters and len(a.users) > 1
+        for a in (*writer.args, *writer.kwargs.values())
+    )
+
+
+def _single_writer(
+    traced: TracedGraph,
+    component: set[Node],
+    nodes: list[Node],
+    entries: list[tuple[str, int, int]],
+) -> StreamTranslation:
+    """The translation of one writer's output alone (not ``closed``: the stream has others)."""
+    site = entries[0][0].rsplit(".", 1)[0]
+    return StreamTranslation(
+        [(name, axis) for name, axis, _ in entries],
+        [size for _, _, size in entries],
+        site=site,
+        readers=_norm_modules(traced, component, nodes),
+    )
 
 
 def _closed(component: set[Node], written: set[Node], writers: dict[Node, int]) -> bool:
@@ -367,7 +398,7 @@ def _writer_entries(
             return []
         name = traced.parameters[node.name]
         shape = _shape(node) or ()
-        if len(node.users) != 1 or name in unexplained:
+        if (len(node.users) != 1 and not SHARED_USES.get()) or name in unexplained:
             return []  # tied or reused: the translation would reach its other use
         if is_bias:
             entries.append((name, 0, 1))

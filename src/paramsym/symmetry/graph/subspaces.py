@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from torch.fx import Node
 
-from paramsym.symmetry.absorption import Reader
 from paramsym.symmetry.base import Symmetry
-from paramsym.symmetry.graph.absorptions import _linear_parts, _Params
-from paramsym.symmetry.graph.feature_axis import keeps_last_axis, readers_along_last_axis, shape_of
+from paramsym.symmetry.graph.absorptions import _linear_parts, _Params, linear_readers
+from paramsym.symmetry.graph.feature_axis import keeps_last_axis
 from paramsym.symmetry.graph.trace import TracedGraph
 from paramsym.symmetry.graph.walk import op_name
 from paramsym.symmetry.subspace import Map, SubspaceReaderTranslation
@@ -42,7 +41,8 @@ def subspace_reader_translations(
         rank = width - 1 if norm is not None else width
         if min([rank, *widths]) >= widths[-1]:
             continue  # the output fills its space
-        readers, outputs, others = _readers(node, params, widths[-1])
+        readers, outputs, only_linear = linear_readers(node, params, widths[-1])
+        others = not only_linear
         if not others:
             continue  # linear maps alone read it: the GL of the link moves these directions
         offset = any(m.bias for m in maps) or (norm is not None and norm[1] is not None)
@@ -99,34 +99,3 @@ def _norm(node: object, params: _Params, width: int) -> tuple[str | None, str | 
     if (gamma is not None and gamma_name is None) or (beta is not None and beta_name is None):
         return None
     return gamma_name, beta_name
-
-
-def _readers(node: Node, params: _Params, width: int) -> tuple[list[Reader], list[int], bool]:
-    """The linear maps reading the whole of ``node``'s output, whose weight and bias only they
-    use, their output sizes, and whether anything else reads it."""
-    readers: list[Reader] = []
-    outputs: list[int] = []
-    others = False
-    seen: set[Node] = set()
-    for user, source in readers_along_last_axis(node):
-        if user in seen:
-            continue
-        seen.add(user)
-        if (shape_of(source) or (0,))[-1] != width:
-            others = True
-            continue
-        parts = _linear_parts(user)
-        if parts is None or parts[0] is not source:
-            others = True
-            continue
-        _, weight, bias, axis = parts
-        weight_name = params.movable(weight)
-        bias_name = params.movable(bias) if bias is not None else None
-        if weight_name is None or (bias is not None and bias_name is None):
-            continue
-        shape = params.shape(weight_name)
-        if shape is None or len(shape) != 2 or shape[axis] != width:
-            continue
-        readers.append(Reader(weight_name, axis, 0, bias_name))
-        outputs.append(shape[1 - axis])
-    return readers, outputs, others
