@@ -422,7 +422,6 @@ QUICK_CLAIMS_HOLD = (
     "factor-estimation",
     "architecture-catalogue",
     "decoder-catalogue",
-    "catalogue-completeness",
     "last-layer-curvature",
     "symmetry-null-space",
     "equivariance-identities",
@@ -461,6 +460,11 @@ QUICK_CLAIMS_REPORTED = (
     "vit-merging",
     "quantize-cnn",
     "quantize-lm",
+    # the full quick preset finds 6 directions on ALBERT and ELECTRA (embeddings half the
+    # width: a head's values confined to an affine subspace, read through the attention
+    # average by the output projection; not yet a family) and ranks not decided at a clean gap
+    # on those and on ViT and Swin: the first two claims do not hold there (reproducing.md)
+    "catalogue-completeness",
 )
 
 

@@ -20,7 +20,7 @@ import paramsym as ps
 from paramsym.core.params import functional_call, params_of
 from paramsym.symmetry import Symmetry
 from paramsym.tangent_kernel.completeness import every_output
-from test_audit_encoders import HIDDEN, _encoder
+from test_audit_encoders import HIDDEN, _encoder, _perturbed
 
 F64 = torch.float64
 
@@ -38,15 +38,6 @@ class TwiceRead(nn.Module):
         first = self.read(self.norm(x[:, 0]))
         second = self.read(x[:, 1] if self.mixed else self.norm(x[:, 1]))
         return self.head(torch.tanh(first) + torch.tanh(second))
-
-
-def _perturbed(model: nn.Module) -> nn.Module:
-    generator = torch.Generator().manual_seed(0)
-    model = model.to(F64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=generator, dtype=F64))
-    return model
 
 
 def _keeps_outputs(model: nn.Module, s: Symmetry, x: object) -> None:

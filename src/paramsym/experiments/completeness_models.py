@@ -6,8 +6,12 @@ the class's default (``use_cache`` on, the default attention kernel, tied embedd
 class ties them), weights moved off their initialisation by ``0.1·randn`` (norm weights at 1 and
 biases at 0 would hide rescalings and translations), in float64 and evaluation mode. Learned
 position tables have exactly the example's sequence length of rows, so that every row is
-reached and nothing is flat only because the data never use it. The other models are the zoo's
-(:mod:`paramsym.nn.zoo`) and the papers' MLPs (:func:`paramsym.mlp`).
+reached and nothing is flat only because the data never use it. A parallel block (Phi,
+GPT-NeoX, Falcon) applies its first MLP to the token's embedding alone, a function on the V
+tokens whose parameters are flat beyond the V·d values it takes, which is a degeneracy of the
+finite input set, not a symmetry: those MLPs are narrow here (width d/2: 76 parameters
+against V·d = 192 values at d = 8), as in ``tests/test_audit_decoders.py``. The other models
+are the zoo's (:mod:`paramsym.nn.zoo`) and the papers' MLPs (:func:`paramsym.mlp`).
 """
 
 from __future__ import annotations
@@ -98,6 +102,10 @@ def _pixels(seed: int, side: int) -> dict[str, Tensor]:
 
 
 def _decoder(model_name: str, **extra: Any) -> Callable[[int, int], tuple[nn.Module, Any]]:
+    """A one-block decoder of ``width``; an ``extra`` value that is callable is called with
+    the width (Gemma's ``head_dim``, 256 by default whatever the width: its q_proj alone
+    would be 2 × 256 wide, P ≈ 20k, and the dense audit minutes and gigabytes)."""
+
     def build(width: int, seed: int) -> tuple[nn.Module, Any]:
         options = {
             "hidden_size": width,
@@ -106,7 +114,7 @@ def _decoder(model_name: str, **extra: Any) -> Callable[[int, int], tuple[nn.Mod
             "num_attention_heads": 2,
             "vocab_size": VOCAB,
             "max_position_embeddings": SEQUENCE,
-            **extra,
+            **{k: v(width) if callable(v) else v for k, v in extra.items()},
         }
         return _hf(f"{model_name}Config", f"{model_name}Model", seed, **options), _ids(seed)
 
@@ -186,7 +194,7 @@ def _bloom(w: int) -> dict[str, Any]:
 
 def _falcon(w: int) -> dict[str, Any]:
     return {"hidden_size": w, "num_attention_heads": 2, "num_hidden_layers": 1,
-            "vocab_size": VOCAB, "multi_query": True}  # fmt: skip
+            "vocab_size": VOCAB, "multi_query": True, "ffn_hidden_size": w // 2}  # fmt: skip
 
 
 def _gpt_neo(w: int) -> dict[str, Any]:
@@ -197,7 +205,7 @@ def _gpt_neo(w: int) -> dict[str, Any]:
 
 def _gpt_neox(w: int) -> dict[str, Any]:
     return {"hidden_size": w, "num_attention_heads": 2, "num_hidden_layers": 1,
-            "intermediate_size": 3 * w // 2, "vocab_size": VOCAB,
+            "intermediate_size": w // 2, "vocab_size": VOCAB,
             "max_position_embeddings": SEQUENCE}  # fmt: skip
 
 
@@ -237,9 +245,24 @@ ARCHITECTURES: dict[str, Architecture] = {
         _A("llama-mqa", "decoder", True, _decoder("Llama", num_key_value_heads=1)),
         _A("mistral", "decoder", True, _decoder("Mistral", num_key_value_heads=1)),
         _A("qwen2", "decoder", True, _decoder("Qwen2", num_key_value_heads=1)),
-        _A("gemma", "decoder", True, _decoder("Gemma", num_key_value_heads=1)),
-        _A("phi", "decoder", True, _decoder("Phi", partial_rotary_factor=0.5)),
-        _A("phi3", "decoder", True, _decoder("Phi3", num_key_value_heads=1)),
+        _A(
+            "gemma",
+            "decoder",
+            True,
+            _decoder("Gemma", num_key_value_heads=1, head_dim=lambda w: w // 2),
+        ),
+        _A(
+            "phi",
+            "decoder",
+            True,
+            _decoder("Phi", partial_rotary_factor=0.5, intermediate_size=lambda w: w // 2),
+        ),
+        _A(
+            "phi3",
+            "decoder",
+            True,
+            _decoder("Phi3", num_key_value_heads=1, pad_token_id=VOCAB - 1, eos_token_id=VOCAB - 1),
+        ),
         _A("gpt2", "decoder", True, _gpt2(lm_head=False)),
         _A("gpt2-lm-tied", "decoder", True, _gpt2(lm_head=True)),
         _A("opt", "decoder", False, _with("OPTConfig", "OPTModel", _opt)),  # ReLU
