@@ -301,3 +301,73 @@ def test_bad_input_is_named():
     with pytest.raises(ps.ParamsymError, match="no continuous symmetry"):
         ps.teleport(single, nn.functional.cross_entropy, batch,
                     objective=QuantizedLoss(Quantizer(4)))  # fmt: skip
+
+
+def _tied(kind: str) -> tuple[nn.Module, dict]:
+    """Decoders as most small checkpoints come: the LM head tied to the token table (GPT-2,
+    Llama-3.2-1B-style, Gemma, whose RMSNorms scale by 1 + γ)."""
+    torch.manual_seed(0)
+    small = {"num_hidden_layers": 2, "hidden_size": 16, "intermediate_size": 32,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 32,
+             "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}  # fmt: skip
+    if kind == "gpt2":
+        config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=32,
+                                         n_positions=8, bos_token_id=0, eos_token_id=1)  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+    elif kind == "llama":
+        model = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**small, tie_word_embeddings=True)
+        )
+    else:
+        model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**small, head_dim=8))
+    g = torch.Generator().manual_seed(5)
+    return _trained_like(model), {"input_ids": torch.randint(0, 32, (2, 8), generator=g)}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "gemma"])
+def test_a_tied_model_rotates_its_stream_after_an_exact_untie(kind):
+    """Issue 45: a tied head used to leave the stream unrotated, silently. ``rotate`` unties it
+    first (the head gets its own copy), folds every norm (Gemma's 1 + γ too), and rotates the
+    stream; the result says what it untied and which norms stayed (the final one of a tied
+    model, whose reader is the copy now, folds)."""
+    model, x = _tied(kind)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    result = rotate(model, x, seed=1)
+    assert len(result.streams) == 1
+    assert list(result.untied) == ["lm_head.weight"]
+    assert result.unfolded == {}
+    assert result.model.config.tie_word_embeddings is False
+    # Hugging Face's RMSNorms compute in float32 inside a float64 model; the folded ones do not
+    assert result.output_change <= (1e-10 if kind == "gpt2" else 1e-6)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    text = str(result)
+    assert "untied first: lm_head.weight" in text
+    assert "tensor" not in text
+    assert len(text) < 400
+
+
+def test_without_untying_a_tied_stream_is_named_not_rotated():
+    model, x = _tied("gpt2")
+    with pytest.warns(ps.PartialTransformWarning, match="stream .* was not rotated"):
+        result = rotate(model, x, untie=False)
+    assert result.streams == []
+    assert len(result.heads) == 4
+    assert "transformer.ln_f" in result.unfolded
+    assert "NOT rotated" in str(result)
+
+
+def test_gemma_norms_fold_their_one_plus_weight():
+    """Gemma's RMSNorm computes x̂ · (1 + γ): folding puts 1 + γ into its readers (found as
+    the catalogue's OffsetNormScaling) and names the norm it leaves."""
+    model, x = _tied("gemma")
+    folded = ps.fold_norms(model, x)
+    report = folded.paramsym_fold
+    norms = ("input_layernorm", "post_attention_layernorm")
+    assert sorted(report.folded) == [f"model.layers.{i}.{n}" for i in (0, 1) for n in norms]
+    assert list(report.skipped) == ["model.norm"]  # its reader is the tied table
+    assert report.output_change <= 1e-6  # Gemma's norms compute in float32
+    layer = folded.model.layers[0]
+    gamma = model.model.layers[0].input_layernorm.weight.detach()
+    torch.testing.assert_close(
+        layer.self_attn.q_proj.weight, model.model.layers[0].self_attn.q_proj.weight * (1 + gamma)
+    )

@@ -125,6 +125,7 @@ from paramsym.errors import (
     NotConvergedWarning,
     ParamsymError,
     ParamsymWarning,
+    PartialTransformWarning,
     ShapeError,
     SymmetryVerificationWarning,
     TrainingModeWarning,
@@ -147,9 +148,11 @@ from paramsym.symmetry import (
     Slot,
     SoftmaxTranslation,
     Symmetry,
+    UntieReport,
     fold_norms,
     register_block,
     symmetries,
+    untie,
 )
 from paramsym.symo import CurvatureStructure, Factors, FactorTracker, SymO
 from paramsym.tangent_kernel import (
@@ -237,6 +240,7 @@ __all__ = [
     "Params",
     "ParamsymError",
     "ParamsymWarning",
+    "PartialTransformWarning",
     "PermutationSpec",
     "PositiveScaling",
     "ProductSymmetry",
@@ -259,6 +263,7 @@ __all__ = [
     "TranslationCharge",
     "UnanalysedModuleWarning",
     "UnsupportedModuleError",
+    "UntieReport",
     "WeightMatchingConfig",
     "__version__",
     "add",
@@ -339,6 +344,7 @@ __all__ = [
     "teleport",
     "top_eigenvalues",
     "unflatten",
+    "untie",
     "weight_matching",
     "xavier_q_statistics",
     "zeros_like",

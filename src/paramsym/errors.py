@@ -83,6 +83,11 @@ class ParamsymWarning(UserWarning):
     """Base class of paramsym's warnings."""
 
 
+class PartialTransformWarning(ParamsymWarning):
+    """A transform did only part of what was asked (``rotate`` found no stream to rotate, a
+    norm was left unfolded): the result is exact, but the named part was not transformed."""
+
+
 class UnanalysedModuleWarning(ParamsymWarning):
     """Some modules were not analysed, so symmetries passing through them are not reported."""
 

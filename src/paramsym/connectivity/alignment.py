@@ -89,8 +89,8 @@ class AlignResult:
             refined model against); not serialised.
     """
 
-    model: nn.Module
-    reference: nn.Module
+    model: nn.Module = field(repr=False)
+    reference: nn.Module = field(repr=False)
     distance_before: float
     distance_after: float
     history: list[float] = field(default_factory=list)
@@ -103,6 +103,14 @@ class AlignResult:
     symmetries: list[Symmetry] = field(default_factory=list, repr=False)
     original: nn.Module | None = field(default=None, repr=False)
     example_input: Any = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{n} {k}" for k, n in self.groups.items()) or "no group"
+        return (
+            f"{type(self.model).__name__} aligned ({self.method}): {kinds}; distance "
+            f"{self.distance_before:.4g} → {self.distance_after:.4g} in {self.sweeps} "
+            f"sweep(s); output change {self.output_change:.2e}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

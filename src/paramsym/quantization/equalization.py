@@ -54,12 +54,19 @@ class EqualizationResult:
         output_change: max |f_new(x) − f(x)| / max |f(x)| on the example input.
     """
 
-    model: nn.Module
+    model: nn.Module = field(repr=False)
     groups: list[str]
     sweeps: int
     converged: bool
-    scales: dict[str, Tensor] = field(default_factory=dict)
+    scales: dict[str, Tensor] = field(default_factory=dict, repr=False)
     output_change: float = math.nan
+
+    def __str__(self) -> str:
+        state = "converged" if self.converged else "not converged"
+        return (
+            f"{type(self.model).__name__} equalized: {len(self.groups)} rescaling group(s), "
+            f"{self.sweeps} sweep(s), {state}; output change {self.output_change:.2e}"
+        )
 
 
 def neuron_ranges(t: Tensor, slot: Slot, width: int) -> Tensor:

@@ -39,6 +39,7 @@ from paramsym.quantization.rotation import (
     orthogonality,
     prepared,
     random_rotation,
+    transform_report,
 )
 from paramsym.quantization.simulate import quantized_call
 
@@ -56,6 +57,8 @@ class LearnedRotationConfig:
         start: ``"hadamard"`` or ``"random"`` (Q₀ of every group), as :func:`rotate` draws.
         heads: learn the heads' value–output rotations too.
         seed: seeds the start.
+        untie: give a tied LM head its own copy first (:func:`paramsym.untie`), so that the
+            stream rotates.
         skip: readers kept in floating point (as :func:`quantized_call`).
     """
 
@@ -65,6 +68,7 @@ class LearnedRotationConfig:
     start: str = "hadamard"
     heads: bool = True
     seed: int = 0
+    untie: bool = True
     skip: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -132,7 +136,7 @@ def learn_rotation(
         )
     begin = time.perf_counter()
     folded, streams, values = prepared(
-        model, example_input, heads=config.heads, where="learn_rotation"
+        model, example_input, heads=config.heads, where="learn_rotation", untie=config.untie
     )
     groups = [*streams, *values]
     base = {k: v.detach() for k, v in folded.named_parameters()}
@@ -194,6 +198,7 @@ def learn_rotation(
         heads=[s.name for s in values],
         output_change=output_change(model, folded, example_input),
         orthogonality=orthogonality(table),
+        **transform_report(folded),
     )
     learned = LearnedRotation(best.before, best.value, best.history, config.steps, seconds)
     return result, learned

@@ -29,6 +29,7 @@ The learned rotation (SpinQuant) is :func:`~paramsym.quantization.learn_rotation
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from paramsym.core.params import output_change
-from paramsym.errors import InvalidArgumentError, UnsupportedModuleError
+from paramsym.errors import InvalidArgumentError, PartialTransformWarning, UnsupportedModuleError
 from paramsym.symmetry.attention import ValueOutputGL
 from paramsym.symmetry.base import Symmetry
 from paramsym.symmetry.gl import MatrixNeuronSymmetry
@@ -151,14 +152,33 @@ class RotationResult:
         output_change: max |f_new(x) − f(x)| / max |f(x)| on the example input, against the
             given (unfolded) model.
         orthogonality: max over the rotations of max |QᵀQ − I|.
+        untied: parameters given their own copy first (:func:`paramsym.untie`: a tied LM
+            head), new name -> the name it was tied to.
+        unfolded: norms left as they are (:attr:`~paramsym.symmetry.FoldReport.skipped`),
+            name -> why; the stream they read cannot rotate.
     """
 
-    model: nn.Module
-    rotations: dict[str, Tensor] = field(default_factory=dict)
+    model: nn.Module = field(repr=False)
+    rotations: dict[str, Tensor] = field(default_factory=dict, repr=False)
     streams: list[str] = field(default_factory=list)
     heads: list[str] = field(default_factory=list)
     output_change: float = math.nan
     orthogonality: float = math.nan
+    untied: dict[str, str] = field(default_factory=dict)
+    unfolded: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{type(self.model).__name__} rotated: {len(self.streams)} stream group(s), "
+            f"{len(self.heads)} head value–output group(s); output change "
+            f"{self.output_change:.2e}, max |QᵀQ − I| {self.orthogonality:.1e}"
+        ]
+        if self.untied:
+            lines.append("untied first: " + ", ".join(self.untied))
+        if not self.streams:
+            lines.append("the residual stream was NOT rotated")
+        lines += [f"norm left unfolded: {name} ({why})" for name, why in self.unfolded.items()]
+        return "\n".join(lines)
 
 
 def orthogonality(rotations: dict[str, Tensor]) -> float:
@@ -173,23 +193,54 @@ def orthogonality(rotations: dict[str, Tensor]) -> float:
 
 
 def prepared(
-    model: nn.Module, example_input: Any, *, heads: bool, where: str
+    model: nn.Module, example_input: Any, *, heads: bool, where: str, untie: bool = True
 ) -> tuple[nn.Module, list[MatrixNeuronSymmetry], list[MatrixNeuronSymmetry]]:
-    """The folded copy of ``model`` and its (stream, head) rotation groups; raises naming
-    ``where`` when it has neither."""
+    """The folded copy of ``model`` (untied first with ``untie``) and its (stream, head)
+    rotation groups; raises naming ``where`` when it has neither, and warns
+    (:class:`~paramsym.errors.PartialTransformWarning`) when the stream has no group. The
+    folded model carries ``paramsym_untie`` (where untied) and ``paramsym_fold``."""
     from paramsym.symmetry.detect import symmetries
-    from paramsym.symmetry.fold import fold_norms
+    from paramsym.symmetry.fold import FoldReport, fold_norms
+    from paramsym.symmetry.untying import untie as untie_copy
 
-    folded = fold_norms(model, example_input, add_bias=True)
+    source = untie_copy(model) if untie else model
+    folded = fold_norms(source, example_input, add_bias=True)
+    if untie:
+        folded.paramsym_untie = source.paramsym_untie
     streams, values = rotatable(symmetries(folded, example_input=example_input), heads=heads)
+    fold_report: FoldReport = folded.paramsym_fold  # type: ignore[assignment]
+    skipped = fold_report.skipped
     if not streams and not values:
         raise UnsupportedModuleError(
             f"{where}: {type(model).__name__} has no exact rotation group after folding its "
-            "norms (no residual stream read only through norms, e.g. a tied embedding or a "
-            "final norm read by the output, and no attention value–output maps); "
-            "ps.fold_norms(model, x).paramsym_fold.skipped says which norms stayed"
+            "norms (no residual stream read only through norms, e.g. a final norm read by the "
+            "output, and no attention value–output maps); norms left unfolded: "
+            f"{_listed(skipped)}"
+        )
+    if not streams:
+        tied = "" if untie else " (untie=False: a tied LM head reads the stream)"
+        warnings.warn(
+            f"{where}: the residual stream of {type(model).__name__} was not rotated{tied}: "
+            f"no orthogonal group of the whole stream after folding; norms left unfolded: "
+            f"{_listed(skipped)}. Only the heads' value–output maps are rotated",
+            PartialTransformWarning,
+            stacklevel=3,
         )
     return folded, streams, values
+
+
+def _listed(skipped: dict[str, str]) -> str:
+    return "; ".join(f"{k} ({v})" for k, v in skipped.items()) or "none"
+
+
+def transform_report(folded: nn.Module) -> dict[str, dict[str, str]]:
+    """``untied`` and ``unfolded`` of a model :func:`prepared` made (for the results)."""
+    untie_report = getattr(folded, "paramsym_untie", None)
+    fold_report = getattr(folded, "paramsym_fold", None)
+    return {
+        "untied": dict(untie_report.untied) if untie_report is not None else {},
+        "unfolded": dict(fold_report.skipped) if fold_report is not None else {},
+    }
 
 
 def act_all(
@@ -212,6 +263,7 @@ def rotate(
     rotation: Rotation = "hadamard",
     heads: bool = True,
     seed: int = 0,
+    untie: bool = True,
 ) -> RotationResult:
     """``model`` folded and rotated (module docstring): QuaRot's weight rotations, on every
     stream and value–output group the detector finds.
@@ -222,19 +274,29 @@ def rotate(
         rotation: ``"hadamard"`` (randomized Hadamard) or ``"random"`` (Haar).
         heads: rotate each head's value–output maps too (QuaRot's per-head Hadamard).
         seed: seeds the random signs / matrices (one per group, in detection order).
+        untie: give parameters two modules share their own copies first
+            (:func:`paramsym.untie`): a tied LM head reads the stream as columns of the table
+            the lookup reads as rows, which no stream rotation can move consistently; untied,
+            the head rotates with the stream (a saved model then has
+            ``tie_word_embeddings=False``).
 
     Returns:
         :class:`RotationResult`.
 
     Raises:
-        UnsupportedModuleError: no rotation group (a tied or final-norm-read stream, no heads).
+        UnsupportedModuleError: no rotation group (a final-norm-read stream, no heads).
         InvalidArgumentError: ``rotation`` unknown, or no Hadamard matrix of a group's width.
+
+    Warns:
+        PartialTransformWarning: the stream could not be rotated (only heads were).
     """
     if rotation not in ROTATIONS:
         raise InvalidArgumentError(
             f"rotate: rotation must be one of {', '.join(map(repr, ROTATIONS))}, got {rotation!r}"
         )
-    folded, streams, values = prepared(model, example_input, heads=heads, where="rotate")
+    folded, streams, values = prepared(
+        model, example_input, heads=heads, where="rotate", untie=untie
+    )
     generator = torch.Generator().manual_seed(seed)
     dtype = next(folded.parameters()).dtype
     groups = [*streams, *values]
@@ -248,4 +310,5 @@ def rotate(
         heads=[s.name for s in values],
         output_change=output_change(model, folded, example_input),
         orthogonality=orthogonality(rotations),
+        **transform_report(folded),
     )

@@ -53,11 +53,17 @@ class SmoothingResult:
         output_change: max |f_new(x) − f(x)| / max |f(x)| on the calibration batch.
     """
 
-    model: nn.Module
+    model: nn.Module = field(repr=False)
     groups: list[str]
-    scales: dict[str, Tensor] = field(default_factory=dict)
-    activation_ranges: dict[str, Tensor] = field(default_factory=dict)
+    scales: dict[str, Tensor] = field(default_factory=dict, repr=False)
+    activation_ranges: dict[str, Tensor] = field(default_factory=dict, repr=False)
     output_change: float = math.nan
+
+    def __str__(self) -> str:
+        return (
+            f"{type(self.model).__name__} smoothed: {len(self.groups)} rescaling group(s); "
+            f"output change {self.output_change:.2e}"
+        )
 
 
 def _readers(s: PositiveScaling, modules: dict[str, nn.Module]) -> list[str] | None:

@@ -46,6 +46,7 @@ from paramsym.symmetry.shear import StreamShear
 from paramsym.symmetry.subspace import SubspaceReaderTranslation
 from paramsym.symmetry.translation import SoftmaxTranslation, StreamTranslation
 from paramsym.symmetry.unread import UnreadTranslation
+from paramsym.symmetry.untying import UntieReport, untie
 
 __all__ = [
     "LINEAR_TYPES",
@@ -93,10 +94,12 @@ __all__ = [
     "SubspaceReaderTranslation",
     "Symmetry",
     "UnreadTranslation",
+    "UntieReport",
     "ValueOutputGL",
     "fold_norms",
     "householder_frame",
     "register_block",
     "spectral_contrastive_loss",
     "symmetries",
+    "untie",
 ]

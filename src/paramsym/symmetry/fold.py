@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from paramsym.core.params import output_change
 from paramsym.errors import InvalidArgumentError
 from paramsym.symmetry.base import Slot, Symmetry, scale_along
+from paramsym.symmetry.offset_scaling import OffsetNormScaling
 from paramsym.symmetry.scaling import PositiveScaling
 from paramsym.symmetry.translation import StreamTranslation
 
@@ -114,6 +115,23 @@ def _readers(name: str, found: Sequence[Symmetry]) -> list[Slot] | str:
     return "no exact rescaling of its weight against linear readers (e.g. the model's output)"
 
 
+def _offset_norms(found: Sequence[Symmetry]) -> dict[str, OffsetNormScaling]:
+    """Norm module -> its exact ``1 + γ`` rescaling (Gemma's RMSNorm: the readers of a norm
+    whose weight is stored as an offset from one)."""
+    return {
+        s.weight.rpartition(".")[0]: s
+        for s in found
+        if isinstance(s, OffsetNormScaling) and s.exact and s.weight.endswith(".weight")
+    }
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A module fold_norms must account for: a normalisation layer by type or by name."""
+    return isinstance(
+        module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase)
+    ) or type(module).__name__.endswith(("Norm", "Norm1d", "Norm2d", "Norm3d"))
+
+
 def fold_norms(
     model: nn.Module, example_input: Any, *, center: bool = True, add_bias: bool = False
 ) -> nn.Module:
@@ -134,7 +152,10 @@ def fold_norms(
     Returns:
         A deep copy with each foldable norm replaced by a :class:`FoldedNorm`; its
         ``paramsym_fold`` attribute is the :class:`FoldReport`. Norms whose weight cannot be
-        folded (the final norm of a base model, whose output is the model's) are kept.
+        folded (the final norm of a base model, whose output is the model's) are kept, and
+        every normalisation module not folded is named in ``skipped`` with the reason. A
+        Gemma-style RMSNorm, ``x̂ · (1 + γ)``, folds its ``1 + γ`` (found as the catalogue's
+        :class:`~paramsym.symmetry.OffsetNormScaling`).
 
     """
     from paramsym.symmetry.detect import symmetries
@@ -144,20 +165,31 @@ def fold_norms(
     modules = dict(folded.named_modules())
     report = FoldReport()
     centered = _center(folded, found, report) if center else set()
+    offsets = _offset_norms(found)
     with torch.no_grad():
         for name, module in list(modules.items()):
-            kind = _norm_kind(module)
-            if kind is None or not name:
+            if not name:
                 continue
+            kind = _norm_kind(module)
+            gamma = None
+            if name in offsets:  # x̂ · (offset + γ): the effective weight is offset + γ
+                kind = ("rms", _eps(module))
+                gamma = offsets[name].offset + module.get_parameter("weight").detach()
+                readers: list[Slot] | str = list(offsets[name].readers)
+            elif kind is None:
+                if _is_norm(module):
+                    report.skipped[name] = _unfoldable(module)
+                continue
+            else:
+                readers = _readers(name, found)
             if kind[0] == "layer" and name in centered:
                 kind = ("rms", kind[1])  # its input is mean-free now
-            readers = _readers(name, found)
             if isinstance(readers, list):
                 readers = _bias_takers(modules, module, readers, add_bias) or readers
             if isinstance(readers, str):
                 report.skipped[name] = readers
                 continue
-            _fold_one(modules, module, readers)
+            _fold_one(modules, module, readers, gamma)
             parent, _, child = name.rpartition(".")
             setattr(modules[parent] if parent else folded, child,
                     FoldedNorm(kind[0], module.weight.numel(), kind[1]))  # fmt: skip
@@ -206,8 +238,34 @@ def _bias_takers(
     return None
 
 
-def _fold_one(modules: dict[str, nn.Module], norm: nn.Module, readers: list[Slot]) -> None:
-    gamma = getattr(norm, "weight").detach()  # noqa: B009  (nn.Module's __getattr__ is untyped)
+def _eps(module: nn.Module) -> float:
+    """A norm module's eps (``eps`` or Hugging Face's ``variance_epsilon``; 1e-6 if unset)."""
+    for attribute in ("eps", "variance_epsilon"):
+        value = getattr(module, attribute, None)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return 1e-6
+
+
+def _unfoldable(module: nn.Module) -> str:
+    """Why a normalisation module is not one fold_norms folds."""
+    if isinstance(module, nn.modules.batchnorm._NormBase):
+        return "a batch norm (statistics over the batch or running ones): not folded here"
+    if isinstance(module, nn.GroupNorm):
+        return "a group norm (over channel groups): not folded here"
+    if not isinstance(getattr(module, "weight", None), nn.Parameter):
+        return "no weight to fold"
+    return (
+        f"a {type(module).__name__} whose weight the catalogue finds no exact rescaling of "
+        "against linear readers (a computed or read-elsewhere weight)"
+    )
+
+
+def _fold_one(
+    modules: dict[str, nn.Module], norm: nn.Module, readers: list[Slot], gamma: Tensor | None
+) -> None:
+    if gamma is None:
+        gamma = getattr(norm, "weight").detach()  # noqa: B009  (untyped nn.Module getattr)
     beta = getattr(norm, "bias", None)
     for slot in readers:
         owner_name, _, param = slot.name.rpartition(".")

@@ -111,9 +111,7 @@ def symmetries_of(walk: Walk) -> list[Symmetry]:
         family_classes = classes(facts, family)
         conflicted = conflicts(family_classes)
         usable = {
-            id(c)
-            for c in family_classes
-            if valid(c, facts.unexplained, conflicted, facts.pinned)
+            id(c) for c in family_classes if valid(c, facts.unexplained, conflicted, facts.pinned)
         }
         for cls in family_classes:
             if id(cls) not in usable:
