@@ -20,8 +20,10 @@ Figures: median seconds of each method, audit / recipe and audit / gradient, and
 own numbers (P, FD, flat, named, missing).
 
 Real sizes (``--local``, run by ``make bench``): ``ps.local_audit`` (each block or large linear
-layer on its recorded inputs, float64) on GPT-2-small (``GPT2Model(GPT2Config())``, 124 M) and
-BERT-base (``BertModel(BertConfig())``, 110 M) with random weights perturbed by 0.02·randn, on
+layer on its recorded inputs, float64) on GPT-2-small (``GPT2Model(GPT2Config())``, 124 M),
+BERT-base (``BertModel(BertConfig())``, 110 M) and a Llama with Qwen2.5-0.5B's sizes
+(``LlamaModel``, 494 M; ``bench_detect.llama_0_5b_config``) with random weights perturbed by
+0.02·randn, on
 ids of shape (1, 64); timed once (minutes), against one gradient of the summed last hidden
 state on the same number of recorded tokens in float64 (``gradient_recorded``, what the
 recording forward must at least cost) and on the example batch in float32
@@ -83,6 +85,10 @@ def _real(name: str) -> tuple[nn.Module, Any]:
     torch.manual_seed(0)
     if name == "gpt2_small":
         model = transformers.GPT2Model(transformers.GPT2Config())
+    elif name == "llama_0_5b":
+        from bench_detect import llama_0_5b_config
+
+        model = transformers.LlamaModel(llama_0_5b_config())
     else:
         model = transformers.BertModel(transformers.BertConfig(), add_pooling_layer=False)
     model = model.eval()
@@ -189,8 +195,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/audit.json"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    parser.add_argument("--local", nargs="*", choices=["gpt2_small", "bert_base"],
-                        default=["gpt2_small", "bert_base"],
+    parser.add_argument("--local", nargs="*", choices=["gpt2_small", "bert_base", "llama_0_5b"],
+                        default=["gpt2_small", "bert_base", "llama_0_5b"],
                         help="real-size models for the block-local audit (none: skip)")  # fmt: skip
     args = parser.parse_args()
     sections = {name: functools.partial(compare, name, args.repeats) for name in args.models}

@@ -293,3 +293,35 @@ def test_a_removed_family_is_reported_missing_on_its_tensors(
     assert max(new, key=new.__getitem__) in own
     if family == "norm_shift":  # Post-LN: each norm's β also taken back by a residual's bias
         assert all(isinstance(s, BiasAbsorption) and s.partners for s in removed)
+
+
+@pytest.mark.parametrize("kind", ["albert", "electra"])
+def test_heads_averaging_values_of_a_narrow_stream_give_a_span_reader(kind: str) -> None:
+    """Embeddings of 4 projected to 8: the first block's stream lies in a 3-dimensional affine
+    subspace, so does each head's value (4 wide) and each head's attention average (softmax
+    rows sum to one); the output projection reads the merged heads, which miss one direction
+    per head: ``span_reader`` through the attention (catalogue-completeness found these 6
+    directions missing on both models)."""
+    prefix = "Albert" if kind == "albert" else "Electra"
+    config, name = f"{prefix}Config", f"{prefix}Model"
+    # eps = 1e-5: with the default 1e-12 the norms' rescalings are flat to about 1e-8, at the
+    # rank's gap (the experiment reports those ranks as not determined)
+    model, x = _encoder(config, name, True, embedding_size=4, layer_norm_eps=1e-5, **HIDDEN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        catalogue = ps.symmetries(model, example_input=x)
+    (s,) = [s for s in catalogue if s.name.startswith("span_reader") and "attention" in s.name
+            and s.name.endswith(".attention]")]  # fmt: skip
+    assert s.exact
+    assert s.dim == 8 * 2  # the projection's 8 outputs × one missing direction per head
+    params = params_of(model)
+    before = _outputs(model, params, x)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        g = s.sample(scale=0.5, generator=generator, dtype=F64)
+        after = _outputs(model, s.act(params, g), x)
+        assert (after - before).abs().max() <= 1e-12 * before.abs().max(), s.name
+    report = ps.audit(model, x, catalogue=catalogue, points=1)
+    assert report.not_flat == []
+    assert report.determined
+    assert report.missing == 0, report.carriers

@@ -460,10 +460,9 @@ QUICK_CLAIMS_REPORTED = (
     "vit-merging",
     "quantize-cnn",
     "quantize-lm",
-    # the full quick preset finds 6 directions on ALBERT and ELECTRA (embeddings half the
-    # width: a head's values confined to an affine subspace, read through the attention
-    # average by the output projection; not yet a family) and ranks not decided at a clean gap
-    # on those and on ViT and Swin: the first two claims do not hold there (reproducing.md)
+    # on the full quick preset the ranks of ALBERT, ELECTRA (eps = 1e-12 rescalings flat to
+    # 1e-8), ViT and Swin are not decided at a clean gap: its first claim does not hold there
+    # (reproducing.md)
     "catalogue-completeness",
 )
 

@@ -43,13 +43,26 @@ class Map:
     bias: str | None
 
 
+@dataclass(frozen=True)
+class Average:
+    """Attention on the way: the vector is split into ``heads`` equal heads and each head's
+    output is an affine combination of its values (softmax rows sum to one), so head h stays
+    in the affine subspace of its own rows: the point is kept and the directions become
+    block-diagonal, one block of the incoming directions per head (rank at most
+    heads · min(rank, head width))."""
+
+    heads: int
+
+
 class SubspaceReaderTranslation(_Shifts):
     """``(W_r, b_r) ↦ (W_r + M_r Fᵀ, b_r − M_r Fᵀ x₀)`` for every linear map ``r`` reading a
     vector x confined to ``x₀ + L`` (module docstring).
 
     Args:
         maps: the linear maps that make x, in order (the first reads the norm's output, or an
-            unconstrained vector of width ``width``).
+            unconstrained vector of width ``width``), with an :class:`Average` where x passes
+            through attention (ALBERT's first output projection reads the heads' averages of
+            values made from the confined stream).
         norm: ``(γ, β)`` of the LayerNorm the first map reads (either may be ``None``), or
             ``None`` when its input is unconstrained.
         readers: the linear maps reading the whole of x (offset 0).
@@ -62,7 +75,7 @@ class SubspaceReaderTranslation(_Shifts):
 
     def __init__(
         self,
-        maps: Sequence[Map],
+        maps: Sequence[Map | Average],
         norm: tuple[str | None, str | None] | None,
         readers: Sequence[Reader],
         outputs: Sequence[int],
@@ -76,9 +89,7 @@ class SubspaceReaderTranslation(_Shifts):
                 f"span_reader[{site}]: needs at least one map and one reader, one output size "
                 "per reader and one output width per map"
             )
-        rank = width - 1 if norm is not None else width
-        for out in widths:
-            rank = min(rank, int(out))
+        rank = chain_rank(maps, widths, width - 1 if norm is not None else width)
         self.complement = int(widths[-1]) - rank
         if self.complement < 1:
             raise InvalidArgumentError(
@@ -92,7 +103,9 @@ class SubspaceReaderTranslation(_Shifts):
         super().__init__(
             name=f"span_reader[{site}]", group=f"R^{dim}", dim=dim, linear=False, affine=False
         )
-        offset = any(m.bias for m in self.maps) or (norm is not None and norm[1] is not None)
+        offset = any(isinstance(m, Map) and m.bias for m in self.maps) or (
+            norm is not None and norm[1] is not None
+        )
         if offset and any(r.bias is None for r in self.readers):
             raise InvalidArgumentError(
                 f"span_reader[{site}]: the vector has an offset, so every reader needs a bias"
@@ -107,7 +120,8 @@ class SubspaceReaderTranslation(_Shifts):
     def reads(self) -> tuple[str, ...]:
         names: list[str | None] = list(self.norm or ())
         for m in self.maps:
-            names += [m.weight, m.bias]
+            if isinstance(m, Map):
+                names += [m.weight, m.bias]
         return tuple(dict.fromkeys(n for n in names if n is not None))
 
     @property
@@ -119,7 +133,7 @@ class SubspaceReaderTranslation(_Shifts):
     def subspace(self, params: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(x₀, B)``: a point of the subspace x lies in and a basis of its directions (columns),
         from the current parameters."""
-        first = _get(params, self.maps[0].weight, self.name)
+        first = _get(params, self._first_weight, self.name)
         dtype, device = first.dtype, first.device
         if self.norm is None:
             basis = torch.eye(self.width, dtype=dtype, device=device)
@@ -136,6 +150,9 @@ class SubspaceReaderTranslation(_Shifts):
                 else torch.zeros(self.width, dtype=dtype, device=device)
             )
         for m, out in zip(self.maps, self.widths, strict=True):
+            if isinstance(m, Average):
+                basis = _per_head(basis, m.heads)
+                continue
             weight = _get(params, m.weight, self.name)
             matrix = weight if m.axis == 1 else weight.T  # (out, in)
             if matrix.ndim != 2 or matrix.shape != (out, point.shape[0]):
@@ -147,6 +164,10 @@ class SubspaceReaderTranslation(_Shifts):
             if m.bias is not None:
                 point = point + _get(params, m.bias, self.name)
         return point, basis
+
+    @property
+    def _first_weight(self) -> str:
+        return next(m.weight for m in self.maps if isinstance(m, Map))
 
     def frame(self, params: Mapping[str, Tensor]) -> Tensor:
         """F, ``(d, k)``: an orthonormal basis of the complement of the directions of x."""
@@ -181,3 +202,25 @@ class SubspaceReaderTranslation(_Shifts):
             if reader.bias is not None:
                 changes[reader.bias] = changes.get(reader.bias, 0) - step @ point
         return changes
+
+
+def _per_head(basis: Tensor, heads: int) -> Tensor:
+    """(d, k) directions -> (d, heads·k): head h's rows of every direction, alone (what an
+    average within each head can reach)."""
+    d, k = basis.shape
+    size = d // heads
+    blocks = basis.new_zeros(d, heads * k)
+    for h in range(heads):
+        rows = slice(h * size, (h + 1) * size)
+        blocks[rows, h * k : (h + 1) * k] = basis[rows]
+    return blocks
+
+
+def chain_rank(maps: Sequence[Map | Average], widths: Sequence[int], rank: int) -> int:
+    """The largest dimension the directions can have after ``maps`` (output ``widths``), from
+    ``rank`` at the first map's input."""
+    for m, out in zip(maps, widths, strict=True):
+        if isinstance(m, Average):
+            rank = m.heads * min(rank, int(out) // m.heads)
+        rank = min(rank, int(out))
+    return rank
