@@ -461,8 +461,8 @@ QUICK_CLAIMS_REPORTED = (
     "quantize-cnn",
     "quantize-lm",
     # on the full quick preset the ranks of ALBERT, ELECTRA (eps = 1e-12 rescalings flat to
-    # 1e-8), ViT and Swin are not decided at a clean gap: its first claim does not hold there
-    # (reproducing.md)
+    # 1e-8), ViT and Swin (few independent outputs per image) are not decided at a clean gap:
+    # its first claim does not hold there (reproducing.md); the other two hold
     "catalogue-completeness",
 )
 
