@@ -134,3 +134,35 @@ def test_bad_input_and_the_dense_refusal_names_the_local_mode():
         ps.local_audit(model, torch.randn(2, 3, dtype=F64), max_parameters=0)
     with pytest.raises(AuditSizeError, match="local_audit"):
         ps.audit(model, torch.randn(2, 3, dtype=F64), max_parameters=10)
+
+
+def test_the_norm_readers_closed_form_equals_their_formed_tangents(monkeypatch):
+    """The linear units count a norm's reader translation from v = [γ⁻¹, −Σβ/γ] (basis vector
+    i adds v to row i) instead of forming 2,304 weight-sized tangents on GPT-2-small's c_attn:
+    the same units, counts and names as with the tangents formed."""
+    import transformers
+
+    import paramsym.tangent_kernel.local_completeness as lc
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=16,
+                                     n_positions=8, bos_token_id=15, eos_token_id=15)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(config).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = {"input_ids": torch.randint(0, 16, (2, 8))}
+    used = []
+    closed_form = lc._reader_rows
+    monkeypatch.setattr(lc, "_reader_rows", lambda *a: used.append(closed_form(*a)) or used[-1])
+    fast = ps.local_audit(model, x, max_parameters=150)
+    assert sum(r is not None for r in used) == 4  # ln_1 and ln_2 of both blocks
+    monkeypatch.setattr(lc, "_reader_rows", lambda *a: None)
+    formed = ps.local_audit(model, x, max_parameters=150)
+
+    def summary(report: ps.LocalAuditReport) -> list[tuple]:
+        return [(u.name, u.flat, u.named, u.missing, sorted(u.symmetries), sorted(u.not_flat))
+                for u in report.units]  # fmt: skip
+
+    assert summary(fast) == summary(formed)
+    assert fast.missing == 0
