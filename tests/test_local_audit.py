@@ -161,8 +161,9 @@ def test_the_norm_readers_closed_form_equals_their_formed_tangents(monkeypatch):
     formed = ps.local_audit(model, x, max_parameters=150)
 
     def summary(report: ps.LocalAuditReport) -> list[tuple]:
-        return [(u.name, u.flat, u.named, u.missing, sorted(u.symmetries), sorted(u.not_flat))
-                for u in report.units]  # fmt: skip
+        return [(u.name, u.rows, u.flat, u.named, u.missing, sorted(u.symmetries),
+                 sorted(u.not_flat)) for u in report.units]  # fmt: skip
 
     assert summary(fast) == summary(formed)
+    assert all(isinstance(u.rows, int) and u.rows > 0 for u in fast.units if u.method == "linear")
     assert fast.missing == 0

@@ -505,9 +505,9 @@ def _linear_unit(
             outside = (matrix - projected @ null.T).norm()
             return projected.reshape(-1), outside, matrix.norm()
 
-        rows = _reader_rows(entry, point, weight, bias, out)
-        if rows is not None:  # a norm's readers: basis vector i moves row i by v, in closed form
-            v = rows.to(null.dtype)
+        row_vector = _reader_rows(entry, point, weight, bias, out)
+        if row_vector is not None:  # a norm's readers: basis vector i moves row i by v
+            v = row_vector.to(null.dtype)
             outside_v = (v - (v @ null) @ null.T).norm()
             if bool(outside_v > INSIDE_TOLERANCE * v.norm()):
                 not_flat.append(entry.label)
